@@ -1,0 +1,304 @@
+"""
+Code rewards from test cases, run in sandbox.py.
+
+Three modes (`mode=`):
+  all_or_nothing  1 iff every test passes, else 0. Skywork-OR1 (`is_binary_reward=True`, algorithms.md §3.7),
+                  Ring-lite and DeepSeek-R1 use this.
+  strict          MiMo §3.3.1 "Strict Reward": R = sum_l S_l * prod_{m<=l} 1[all tests of level m pass].
+                  A level's score counts only if that level and every easier level pass completely.
+  soft            MiMo §3.3.1 "Soft Reward": R = sum_l S_l * n_l / |T_l|. Each level's score is split
+                  equally over its tests; the reward is the sum over passed tests.
+
+Level scores S_l (the paper leaves them unspecified, algorithms.md §5.2 [UNSPEC]): by default
+`weights="equal"`, S_l = 1/L over the L distinct levels of the problem, like IOI subtasks of equal
+value; `weights="tests"` makes S_l proportional to the number of tests in the level (then soft is
+the plain fraction of tests passed). Either way the S_l sum to 1, so a full pass scores 1.
+Levels are integers, 1 = easiest; code_difficulty.py assigns them from pass rates (lower pass
+rate = harder = higher level). A problem without levels has one level holding all tests, so
+strict == all_or_nothing and soft == fraction of tests passed.
+
+Program extraction: the LAST fenced block tagged python/py/python3 or untagged (a final answer
+usually comes after any sketches in the reasoning). No such block, or an unterminated one (a
+truncated completion), gives reward 0 without running anything.
+
+Test styles:
+  stdin/stdout   the program reads `input` on stdin; its stdout must equal `output` after
+                 whitespace normalisation: per line, runs of spaces/tabs collapse and the ends are
+                 stripped; trailing empty lines are ignored (as the APPS/TACO checkers do, minus their
+                 float and token-set fallbacks).
+  function call  with `fn_name`, the program defines that function (or `class Solution` with that
+                 method, LiveCodeBench/LeetCode style); `input` is a JSON array of positional
+                 arguments (or one JSON value per line, LiveCodeBench style); the return value,
+                 JSON-encoded, must equal `output` (JSON); floats compare with 1e-6 tolerance;
+                 `[value]` also matches `value`, since TACO wraps call outputs in a list.
+
+Problem schema (JSONL, one problem per line; see fixtures/code/problems.jsonl):
+  {"question": str, "tests": [{"input": str, "output": str, "level": int?}, ...],
+   "fn_name": str?, "test_levels": [int, ...]?, "time_limit": float?}
+  or TACO/APPS style: "input_output": '{"inputs": [...], "outputs": [...], "fn_name": ...}'
+  (a JSON string or object) instead of "tests". `test_levels` (one per test) is what
+  code_difficulty.py writes besides filling each test's `level`; a test's own `level` wins.
+
+Use from the trainer:
+    from code_reward import load_code_problems, code_reward
+    problems = load_code_problems("fixtures/code/problems.jsonl")
+    rewards = code_reward(completions, [problems[i] for i in idx], mode="soft", workers=8)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from sandbox import Limits, RunResult, run_python
+
+MODES = ("all_or_nothing", "strict", "soft")
+DEFAULT_TIME_LIMIT = 4.0  # seconds per test when the problem gives no time_limit
+
+
+class CodeDataError(ValueError):
+    """Bad problem data; the message names the file, line and field."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Problems
+def normalize_problem(problem: dict) -> dict:
+    """Canonical form: {"question", "tests": [{"input": str, "output": str, "level": int}], "fn_name"}.
+
+    Accepts our schema and the TACO/APPS `input_output` one. Raises ValueError naming the field.
+    """
+    if "tests" in problem:
+        tests, fn_name = problem["tests"], problem.get("fn_name")
+        if not isinstance(tests, list):
+            raise ValueError("field 'tests' must be a list")
+    elif "input_output" in problem:
+        io = problem["input_output"]
+        if isinstance(io, str):
+            try:
+                io = json.loads(io)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"field 'input_output' is not valid JSON ({e.msg})") from None
+        if not isinstance(io, dict) or "inputs" not in io or "outputs" not in io:
+            raise ValueError("field 'input_output' must hold 'inputs' and 'outputs'")
+        if len(io["inputs"]) != len(io["outputs"]):
+            raise ValueError("field 'input_output': 'inputs' and 'outputs' differ in length")
+        fn_name = problem.get("fn_name") or io.get("fn_name")
+        tests = [{"input": i, "output": o} for i, o in zip(io["inputs"], io["outputs"])]
+    else:
+        raise ValueError("missing field 'tests' (or 'input_output')")
+    if not tests:
+        raise ValueError("field 'tests' is empty")
+    levels = problem.get("test_levels")
+    if levels is not None and len(levels) != len(tests):
+        raise ValueError(f"field 'test_levels' has {len(levels)} entries for {len(tests)} tests")
+    out = []
+    for i, t in enumerate(tests):
+        if not isinstance(t, dict):
+            raise ValueError(f"test {i}: must be an object")
+        for k in ("input", "output"):
+            if k not in t:
+                raise ValueError(f"test {i}: missing field '{k}'")
+        level = t.get("level", levels[i] if levels is not None else 1)
+        if not isinstance(level, int) or isinstance(level, bool) or level < 1:
+            raise ValueError(f"test {i}: field 'level' must be an integer >= 1, got {level!r}")
+        out.append({"input": _as_text(t["input"], fn_name), "output": _as_text(t["output"], fn_name),
+                    "level": level})
+    norm = dict(problem)
+    norm.update(tests=out, fn_name=fn_name)
+    norm.pop("input_output", None)
+    return norm
+
+
+def _as_text(x, fn_name):
+    """Test inputs/outputs as strings. TACO sometimes stores stdin/stdout tests as lists of lines
+    and call tests as JSON values (argument lists, return values) rather than JSON text."""
+    if isinstance(x, str):
+        return x
+    return "\n".join(map(str, x)) if fn_name is None else json.dumps(x)
+
+
+def load_code_problems(path: str) -> list[dict]:
+    """Read a JSONL of problems and normalise them. Errors read like `file.jsonl:3: missing field 'tests'`."""
+    if not os.path.exists(path):
+        raise CodeDataError(f"{path}: no such file")
+    problems = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise CodeDataError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+            try:
+                if not isinstance(row, dict):
+                    raise ValueError("a problem must be a JSON object")
+                if not isinstance(row.get("question"), str):
+                    raise ValueError("missing field 'question'")
+                problems.append(normalize_problem(row))
+            except ValueError as e:
+                raise CodeDataError(f"{path}:{lineno}: {e}") from None
+    if not problems:
+        raise CodeDataError(f"{path}: no problems")
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------
+# Extraction and comparison
+_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n(.*?)^[ \t]*```", re.DOTALL | re.MULTILINE)
+PYTHON_TAGS = ("", "python", "python3", "py")
+
+
+def extract_code(completion: str) -> str | None:
+    """The last complete fenced block tagged python (or untagged); None when there is none."""
+    blocks = [m.group(2) for m in _FENCE.finditer(completion) if m.group(1).lower() in PYTHON_TAGS]
+    return blocks[-1] if blocks else None
+
+
+def _norm_lines(text: str) -> list[str]:
+    lines = [" ".join(line.split()) for line in text.strip().splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def stdout_matches(actual: str, expected: str) -> bool:
+    return _norm_lines(actual) == _norm_lines(expected)
+
+
+def values_match(actual, expected) -> bool:
+    """JSON values equal, floats within 1e-6 (absolute or relative); bools never equal numbers."""
+    if isinstance(actual, bool) or isinstance(expected, bool):
+        return actual is expected
+    if isinstance(actual, (int, float)) and isinstance(expected, (int, float)):
+        return math.isclose(actual, expected, rel_tol=1e-6, abs_tol=1e-6)
+    if isinstance(actual, list) and isinstance(expected, list):
+        return len(actual) == len(expected) and all(map(values_match, actual, expected))
+    if isinstance(actual, dict) and isinstance(expected, dict):
+        return actual.keys() == expected.keys() and all(values_match(actual[k], expected[k]) for k in actual)
+    return type(actual) is type(expected) and actual == expected
+
+
+def call_args(inp: str) -> list:
+    """Positional arguments from a test input: a JSON array, or one JSON value per line."""
+    try:
+        args = json.loads(inp)
+        return args if isinstance(args, list) else [args]
+    except json.JSONDecodeError:
+        return [json.loads(line) for line in inp.splitlines() if line.strip()]
+
+
+def test_passes(result: RunResult, test: dict, fn_name: str | None) -> bool:
+    if not result.ok:
+        return False
+    if fn_name is None:
+        return stdout_matches(result.stdout, test["output"])
+    if not result.has_value:
+        return False
+    expected = json.loads(test["output"])
+    return values_match(result.value, expected) or values_match([result.value], expected)
+
+
+# ----------------------------------------------------------------------------------------------
+# Scoring
+def level_scores(levels: list[int], weights: str = "equal") -> dict[int, float]:
+    """S_l for each distinct level, summing to 1 (see module docstring)."""
+    distinct = sorted(set(levels))
+    if weights == "equal":
+        return {lv: 1.0 / len(distinct) for lv in distinct}
+    if weights == "tests":
+        return {lv: levels.count(lv) / len(levels) for lv in distinct}
+    raise ValueError(f"weights must be 'equal' or 'tests', got {weights!r}")
+
+
+def score(passed: list[bool | None], levels: list[int], mode: str = "all_or_nothing",
+          weights: str = "equal") -> float:
+    """Reward from per-test outcomes. `None` = not run (early stop), counted as failed."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    ok = [bool(p) for p in passed]
+    if mode == "all_or_nothing":
+        return float(all(ok))
+    S = level_scores(levels, weights)
+    total = 0.0
+    for lv in sorted(S):  # easiest first
+        level_ok = [p for p, l in zip(ok, levels) if l == lv]
+        if mode == "strict":
+            if not all(level_ok):
+                break  # this level and every harder one score nothing
+            total += S[lv]
+        else:  # soft
+            total += S[lv] * sum(level_ok) / len(level_ok)
+    return total
+
+
+@dataclass
+class Graded:
+    reward: float
+    passed: list  # per test, in the problem's order: True / False / None (not run)
+    results: list  # RunResult per test (None when not run)
+    code: str | None
+
+
+def grade(completion: str, problem: dict, mode: str = "all_or_nothing", weights: str = "equal",
+          limits: Limits | None = None, early_stop: bool = True) -> Graded:
+    """Extract the program, run the tests easiest level first, score.
+
+    With early_stop, all_or_nothing and strict stop at the first failing test: nothing after it
+    can change the reward (tests run in level order), so this only saves time. soft runs all.
+    """
+    if "tests" not in problem or any("level" not in t for t in problem["tests"]):
+        problem = normalize_problem(problem)
+    tests, fn_name = problem["tests"], problem.get("fn_name")
+    levels = [t["level"] for t in tests]
+    passed, results = [None] * len(tests), [None] * len(tests)
+    code = extract_code(completion)
+    if code is None:
+        return Graded(0.0, passed, results, None)
+    limits = limits or Limits(timeout=float(problem.get("time_limit", DEFAULT_TIME_LIMIT)))
+    for i in sorted(range(len(tests)), key=lambda i: levels[i]):
+        t = tests[i]
+        if fn_name is None:
+            r = run_python(code, t["input"], limits=limits)
+        else:
+            try:
+                args = call_args(t["input"])
+            except json.JSONDecodeError as e:
+                raise ValueError(f"test {i}: input is not JSON arguments ({e.msg})") from None
+            r = run_python(code, "", fn_name=fn_name, args=args, limits=limits)
+        results[i], passed[i] = r, test_passes(r, t, fn_name)
+        if early_stop and not passed[i] and mode != "soft":
+            break
+    return Graded(score(passed, levels, mode, weights), passed, results, code)
+
+
+def code_reward(completions: list[str], problems: list[dict], mode: str = "all_or_nothing",
+                workers: int | None = None, weights: str = "equal", limits: Limits | None = None,
+                early_stop: bool = True) -> list[float]:
+    """Batch rewards, one per (completion, problem) pair, computed in parallel.
+
+    Each completion's tests run one after another (so early stopping works); completions run
+    `workers` at a time (default: CPU count), each test in its own sandbox process.
+    """
+    if len(completions) != len(problems):
+        raise ValueError(f"{len(completions)} completions but {len(problems)} problems")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    problems = [p if "tests" in p and all("level" in t for t in p["tests"]) else normalize_problem(p)
+                for p in problems]
+    workers = workers or os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda cp: grade(cp[0], cp[1], mode, weights, limits, early_stop).reward,
+                             zip(completions, problems)))
+
+
+def make_reward_fn(mode: str = "all_or_nothing", workers: int | None = None, weights: str = "equal"):
+    """Hook for the training loop: `fn(completions, problems) -> list[float]` with the mode bound."""
+    def reward_fn(completions: list[str], problems: list[dict]) -> list[float]:
+        return code_reward(completions, problems, mode=mode, workers=workers, weights=weights)
+    reward_fn.__name__ = f"code_reward_{mode}"
+    return reward_fn
