@@ -46,7 +46,7 @@ def main() -> None:
           f"cgroups={sorted(iso['cgroups']) if iso['cgroups'] else None}; cpus={os.cpu_count()}")
     print(f"{'execution':36s} {'ms/exec':>9s} {'vs plain subprocess':>20s}")
     for name, sec in rows:
-        print(f"{name:36s} {sec * 1e3:9.3f} {sec / base:19.2f}x")
+        print(f"{name:36s} {sec * 1e3:9.4f} {sec / base:19.3f}x")
     jobs = [sandbox.Job(TEST_PROGRAM, f"{i}\n") for i in range(args.n * 2)]
     sandbox.run_many(jobs[:4], workers=args.workers)
     t = time.perf_counter()

@@ -157,7 +157,8 @@ if cfg["ns"] or cfg["uid"] is not None:
 for cg in cfg["cgroups"]:   # join the slot's memory/pids cgroups while still root
     try:
         with open(cg, "w") as f: f.write(str(os.getpid()))
-    except OSError as e: _fail("cgroup %s: %s" % (cg, e))
+    except OSError:
+        pass   # best effort (e.g. cgroup v2's no-internal-process rule): the rlimits below still hold
 if cfg["uid"] is not None:
     # A root parent stays outside, reaps, cleans up and passes the exit status on.
     if cfg["ns"]:
@@ -191,20 +192,21 @@ if cfg["uid"] is not None:
 if cfg["ns"]:
     MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 1 << 14, 1 << 18
     _c("mount private /", libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None))
-    opts = "size=%d,mode=700,uid=%d,gid=%d" % (cfg["tmpfs_bytes"], cfg["uid"], cfg["uid"])
-    _c("mount /tmp", libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, opts.encode()))
     _c("mount /proc", libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None))
     keep = [(k, os.open(k, os.O_PATH)) for k in cfg["keep"]]   # e.g. the Python install under /root
-    for d in cfg["hide"]:
+    work = "size=%d,mode=700,uid=%d,gid=%d" % (cfg["tmpfs_bytes"], cfg["uid"], cfg["uid"])
+    # /tmp becomes the private, size-capped working directory; the rest turn empty and read-only
+    for d, opts, ro in [("/tmp", work, False)] + [(h, "size=64k,mode=755", True) for h in cfg["hide"]]:
         if not os.path.isdir(d) or os.path.islink(d):
-            continue
-        _c("hide " + d, libc.mount(b"tmpfs", d.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=64k,mode=755"))
+            continue   # absent, or already under an earlier mount (e.g. a project inside /tmp)
+        _c("hide " + d, libc.mount(b"tmpfs", d.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts.encode()))
         for k, fd in keep:   # punch read-only holes for what must stay visible
             if k == d or k.startswith(d.rstrip("/") + "/"):
                 os.makedirs(k, exist_ok=True)
                 _c("keep " + k, libc.mount(("/proc/self/fd/%d" % fd).encode(), k.encode(), None, MS_BIND | MS_REC, None))
                 _c("keep ro " + k, libc.mount(None, k.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None))
-        _c("hide ro " + d, libc.mount(None, d.encode(), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None))
+        if ro:
+            _c("hide ro " + d, libc.mount(None, d.encode(), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None))
     for _, fd in keep: os.close(fd)
 L = cfg["limits"]
 for name, value in (("RLIMIT_AS", L["memory_bytes"]), ("RLIMIT_FSIZE", L["file_bytes"]),

@@ -24,7 +24,8 @@ SHORT = Limits(timeout=0.5)  # timing-out solutions cost 0.5 s per test, not the
 
 
 def completion(pid: str, kind: str) -> str:
-    with open(os.path.join(FIX, "solutions", f"{pid}__{kind}.py")) as f:
+    path = os.path.join(FIX, "solutions", f"{pid}__{kind}")
+    with open(path + ".py" if os.path.exists(path + ".py") else path + ".txt") as f:  # .txt: does not compile
         code = f.read()
     return f"Let me think.\n```python\nprint('a sketch, not the answer')\n```\nFinal answer:\n```python\n{code}```\n"
 
