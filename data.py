@@ -1,0 +1,297 @@
+"""Data: the built-in verifiable task, loaders for the common math schemas, and prompt building.
+
+Notable features
+  * A built-in task that needs several steps of reasoning: multi-operand addition, written out with
+    worked steps ("17+25=42 42+9=51 \\boxed{51}"), difficulty levels 1-5, generated deterministically
+    from a seed. Train and held-out splits are disjoint by construction: the split of a problem is a
+    hash of its text, so no held-out problem can ever be drawn for training, whatever the seed.
+  * Loaders for local JSONL / JSON / Parquet files (and hub names when `datasets` is installed) that map
+    the common schemas to (prompt, answer):
+        gsm8k      question, answer ending in "#### N"
+        math       problem, solution with \\boxed{...}  (an `answer` field wins when present: MATH-500)
+        dapo       prompt (string or chat messages), reward_model.ground_truth   (DAPO-Math-17k)
+        aime       problem, answer
+        plain      prompt, answer                         (what `grade.py` and this project write)
+    Optional fields `difficulty` (1-5) and `pass_rate` are kept when present (offline grading, issue 6).
+  * Bad input stops with one error naming the file, line and field.
+  * Prompt building: the tokenizer's chat template when it has one, a plain template otherwise, both with
+    the instruction used by Ring-lite / Skywork-OR1 / MiMo:
+    "Please reason step by step, and put your final answer within \\boxed{}."
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+from dataclasses import dataclass, field
+
+INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+PLAIN_TEMPLATE = "Question: {question}\n" + INSTRUCTION + "\nAnswer: "
+
+
+class DataError(ValueError):
+    """Bad input data; the message names the file, line and field."""
+
+
+@dataclass
+class Example:
+    prompt: str  # the problem statement (no template; see build_prompt)
+    answer: str  # gold answer, as a string math-verify can parse
+    level: int | None = None  # difficulty 1-5 when known
+    pass_rate: float | None = None  # measured pass rate when graded
+    solution: str | None = None  # worked solution (built-in task only; used for the cold-start SFT)
+    meta: dict = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------------
+# Built-in task: multi-operand addition with worked steps
+# ------------------------------------------------------------------------------------------------
+# Level k adds k single-digit numbers (1-9) to a first number in 1-99: k steps of worked reasoning, each one
+# "accumulator + digit". Difficulty is the depth of the reasoning, not the size of the numbers, so a model
+# of ~1M parameters can learn every step while answering a deep sum in one shot stays hard.
+LEVELS = {k: k + 1 for k in range(1, 6)}  # level -> number of operands
+HELDOUT_PERCENT = 20  # share of the problem space reserved for evaluation (level 1 has 891 problems: ~180 held out)
+
+
+def split_of(question: str) -> str:
+    """'test' for about HELDOUT_PERCENT% of all problems, 'train' for the rest: a pure function of the text."""
+    h = int(hashlib.sha256(question.encode()).hexdigest()[:8], 16)
+    return "test" if h % 100 < HELDOUT_PERCENT else "train"
+
+
+def worked_solution(operands: list[int]) -> str:
+    """Left-to-right partial sums, one step per addition: '17+25=42 42+9=51 \\boxed{51}'."""
+    steps, acc = [], operands[0]
+    for x in operands[1:]:
+        steps.append(f"{acc}+{x}={acc + x}")
+        acc += x
+    return " ".join(steps) + f" \\boxed{{{acc}}}"
+
+
+def make_problem(rng: random.Random, level: int) -> Example:
+    ops = [rng.randint(1, 99)] + [rng.randint(1, 9) for _ in range(LEVELS[level] - 1)]
+    return Example(prompt="+".join(map(str, ops)), answer=str(sum(ops)), level=level, solution=worked_solution(ops))
+
+
+def builtin_task(n: int, split: str = "train", seed: int = 0, levels=(1, 2, 3, 4, 5), weights=None) -> list[Example]:
+    """`n` problems of `split` ('train' or 'test'), levels drawn with `weights` (uniform by default).
+
+    Deterministic in (n, split, seed, levels, weights). The held-out split is deduplicated; the train split is
+    not (a real dataset repeats easy problems too, and level 1 has only 891 distinct problems).
+    """
+    if split not in ("train", "test"):
+        raise DataError(f"builtin task: split must be 'train' or 'test', got {split!r}")
+    rng = random.Random(f"{seed}-{split}")
+    out, seen = [], set()
+    tries = 0
+    while len(out) < n:
+        tries += 1
+        if tries > 100 * n + 10000:
+            raise DataError(f"builtin task: cannot draw {n} distinct {split} problems at levels {levels}; ask for fewer")
+        ex = make_problem(rng, rng.choices(list(levels), weights=weights)[0])
+        if split_of(ex.prompt) != split or (split == "test" and ex.prompt in seen):
+            continue
+        seen.add(ex.prompt)
+        out.append(ex)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# File and hub loaders
+# ------------------------------------------------------------------------------------------------
+_BOXED = "\\boxed"
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last \\boxed{...} in `text` (balanced braces), or None."""
+    i = text.rfind(_BOXED)
+    if i < 0:
+        return None
+    j = text.find("{", i)
+    if j < 0:
+        return None
+    depth = 0
+    for k in range(j, len(text)):
+        if text[k] == "{":
+            depth += 1
+        elif text[k] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[j + 1 : k]
+    return None
+
+
+def _chat_content(prompt) -> str:
+    """DAPO-Math-17k stores the prompt as chat messages; take the (last) user turn."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        users = [m.get("content", "") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        if users:
+            return users[-1]
+    raise ValueError("field 'prompt' is neither a string nor a list of chat messages with a user turn")
+
+
+def detect_schema(row: dict) -> str:
+    if "reward_model" in row and "prompt" in row:
+        return "dapo"
+    if "question" in row and "answer" in row:
+        return "gsm8k"
+    if "problem" in row and ("solution" in row or "answer" in row):
+        return "math" if "solution" in row else "aime"
+    if "prompt" in row and "answer" in row:
+        return "plain"
+    raise ValueError(
+        f"unknown schema with fields {sorted(row)}; expected one of: gsm8k (question, answer '#### N'), "
+        "math (problem, solution/answer), aime (problem, answer), dapo (prompt, reward_model.ground_truth), "
+        "plain (prompt, answer)"
+    )
+
+
+def row_to_example(row: dict, schema: str | None = None) -> Example:
+    """Map one row of a known schema to an Example; raises ValueError naming the field at fault."""
+    if not isinstance(row, dict):
+        raise ValueError(f"row is a {type(row).__name__}, expected an object")
+    schema = schema or detect_schema(row)
+    if schema == "gsm8k":
+        q, a = row.get("question"), row.get("answer")
+        if not isinstance(a, str) or "####" not in a:
+            raise ValueError("field 'answer' has no '#### <final answer>' (GSM8K schema)")
+        a = a.split("####")[-1].strip().replace(",", "")
+    elif schema in ("math", "aime"):
+        q = row.get("problem")
+        a = row.get("answer")
+        if a in (None, "") and isinstance(row.get("solution"), str):
+            a = last_boxed(row["solution"])
+            if a is None:
+                raise ValueError("field 'solution' has no \\boxed{...} and there is no 'answer' field")
+    elif schema == "dapo":
+        q = _chat_content(row.get("prompt"))
+        rm = row.get("reward_model")
+        a = rm.get("ground_truth") if isinstance(rm, dict) else None
+        if a in (None, ""):
+            raise ValueError("field 'reward_model.ground_truth' is missing or empty (DAPO schema)")
+    elif schema == "plain":
+        q, a = row.get("prompt"), row.get("answer")
+    else:
+        raise ValueError(f"unknown schema {schema!r}")
+    qname = {"gsm8k": "question", "dapo": "prompt", "plain": "prompt"}.get(schema, "problem")
+    if not isinstance(q, str) or not q.strip():
+        raise ValueError(f"field '{qname}' is missing or empty")
+    if a is None or (isinstance(a, str) and not a.strip()):
+        raise ValueError("field 'answer' is missing or empty")
+    level = row.get("difficulty", row.get("level"))
+    if level is not None:
+        try:
+            level = int(level)
+        except (TypeError, ValueError):
+            level = None  # MATH's "Level 5" strings and the like: not our 1-5 integer scale
+        if level is not None and not 1 <= level <= 5:
+            raise ValueError(f"field 'difficulty' must be an integer 1-5, got {level}")
+    pr = row.get("pass_rate")
+    if pr is not None and not (isinstance(pr, (int, float)) and 0.0 <= pr <= 1.0):
+        raise ValueError(f"field 'pass_rate' must be a number in [0, 1], got {pr!r}")
+    keep = {k: v for k, v in row.items() if k in ("num_samples", "id", "source")}
+    return Example(prompt=q, answer=str(a).strip(), level=level, pass_rate=pr, meta=keep)
+
+
+def read_rows(path: str) -> list[tuple[str, dict]]:
+    """(location, row) pairs from a .jsonl / .json / .parquet file; location is 'file:line' or 'file:row'."""
+    if not os.path.exists(path):
+        raise DataError(f"{path}: no such file")
+    ext = os.path.splitext(path)[1].lower()
+    try:
+        if ext == ".jsonl":
+            rows = []
+            with open(path, encoding="utf-8") as f:
+                for i, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        rows.append((f"{path}:{i}", json.loads(line)))
+                    except json.JSONDecodeError as e:
+                        raise DataError(f"{path}:{i}: invalid JSON ({e.msg})") from None
+            return rows
+        if ext == ".json":
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            if isinstance(data, dict) and "data" in data:
+                data = data["data"]
+            if not isinstance(data, list):
+                raise DataError(f"{path}: expected a JSON list of objects (or {{'data': [...]}})")
+            return [(f"{path}:row {i}", r) for i, r in enumerate(data, 1)]
+        if ext == ".parquet":
+            import pyarrow.parquet as pq
+
+            return [(f"{path}:row {i}", r) for i, r in enumerate(pq.read_table(path).to_pylist(), 1)]
+    except DataError:
+        raise
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"{path}: cannot read ({e})") from None
+    except Exception as e:  # pyarrow raises its own error types for corrupt files
+        raise DataError(f"{path}: cannot read ({type(e).__name__}: {e})") from None
+    raise DataError(f"{path}: unsupported file type {ext!r} (use .jsonl, .json or .parquet)")
+
+
+def load_file(path: str, schema: str | None = None) -> list[Example]:
+    rows = read_rows(path)
+    if not rows:
+        raise DataError(f"{path}: no rows")
+    out = []
+    for loc, row in rows:
+        try:
+            out.append(row_to_example(row, schema))
+        except ValueError as e:
+            raise DataError(f"{loc}: {e}") from None
+    return out
+
+
+def load_hub(name: str, split: str, schema: str | None = None) -> list[Example]:
+    try:
+        import datasets
+    except ImportError:
+        raise DataError(f"{name}: not a local file, and the `datasets` package is not installed to fetch it from the hub") from None
+    cfg = None
+    if ":" in name:  # "openai/gsm8k:main"
+        name, cfg = name.split(":", 1)
+    ds = datasets.load_dataset(name, cfg, split=split)
+    out = []
+    for i, row in enumerate(ds, 1):
+        try:
+            out.append(row_to_example(dict(row), schema))
+        except ValueError as e:
+            raise DataError(f"{name}[{split}] row {i}: {e}") from None
+    return out
+
+
+def load_dataset(spec: str, split: str = "train", n: int | None = None, seed: int = 0, schema: str | None = None) -> list[Example]:
+    """'builtin' -> the built-in task; a path -> load_file; anything else -> a hub dataset name."""
+    if spec == "builtin":
+        return builtin_task(n or (20000 if split == "train" else 500), split=split, seed=seed)
+    if os.path.splitext(spec)[1].lower() in (".jsonl", ".json", ".parquet") or os.path.exists(spec):
+        data = load_file(spec, schema)
+    else:
+        data = load_hub(spec, split, schema)
+    return data[:n] if n else data
+
+
+def write_jsonl(path: str, rows: list[dict]) -> None:
+    """Atomic write: a reader never sees half a file."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------------------
+# Prompts
+# ------------------------------------------------------------------------------------------------
+def build_prompt(tokenizer, question: str) -> str:
+    """Chat template (as a user turn, generation prompt appended) when the tokenizer has one, else plain."""
+    if getattr(tokenizer, "chat_template", None):
+        msgs = [{"role": "user", "content": f"{question}\n{INSTRUCTION}"}]
+        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    return PLAIN_TEMPLATE.replace("{question}", question)

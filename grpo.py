@@ -1,0 +1,142 @@
+"""GRPO: group-relative policy optimisation (DeepSeekMath, arXiv 2402.03300, Sec. 4.1), the core of all five recipes.
+
+The objective maximised for a prompt q with G sampled responses o_1..o_G (DeepSeekMath Eq. 3; DAPO Eq. 9-10,
+Skywork-OR1 Eq. 2.5, MiMo Eq. 2 and Ring-lite Sec. 3.1 all start from it):
+
+    J(theta) = E_q [ 1/G sum_i 1/|o_i| sum_t ( min( r_it * A_i , clip(r_it, 1-eps, 1+eps) * A_i ) - beta * D_KL,it ) ]
+
+    r_it    = pi_theta(o_it | q, o_i,<t) / pi_theta_old(o_it | q, o_i,<t)          (importance ratio)
+    A_i     = (R_i - mean(R_1..R_G)) / (std(R_1..R_G) + delta)                       (group-relative advantage)
+    D_KL,it = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1                             (k3 estimator, always >= 0)
+
+Symbol table (B prompts, G samples per prompt, N = B*G responses, T response tokens, V vocabulary):
+
+    paper             code                        shape
+    R_i               rewards                     (N,)      grouped as consecutive runs of G
+    A_i               advantages                  (N,)      broadcast over the tokens of o_i
+    log pi_theta      logp                        (N, T)
+    log pi_theta_old  old_logp                    (N, T)
+    log pi_ref        ref_logp                    (N, T)
+    1[t < |o_i|]      mask                        (N, T)    1 on response tokens that count, 0 on pad
+    eps               clip_low (= clip_high)      float     0.2
+    beta              kl_coef                     float     0 in DAPO / Skywork / MiMo / Compass, 1e-3 in Ring-lite
+    delta             eps                         float     1e-6 (verl), added to the std
+    tau               temperature                 float     the sampling temperature; logits are divided by it
+
+Where the code departs from (or chooses within) the paper:
+  * std is the unbiased (N-1) sample std plus eps=1e-6, as verl and Skywork-OR1's code do; no paper says
+    which. A group whose rewards are all equal gets A = 0 on every token, never NaN. `scale_by_std=False`
+    gives Dr. GRPO's (arXiv 2503.20783) mean-only advantage.
+  * The ratio is exactly 1 on the first update of an on-policy step: old_logp is the current policy's
+    log-prob, detached. The loss value is then -mean(A) (about 0) but its gradient is A * grad log pi, the
+    REINFORCE gradient; clipping can only bite on the 2nd..mu-th update of a rollout (tests/test_grpo.py).
+  * Loss aggregation is named for what it computes (`LOSS_AGG`): GRPO is `seq-mean-token-mean`
+    (1/G sum_i 1/|o_i| sum_t). Its denominators can be passed in (`num_seqs`, `num_tokens`) so that a
+    mini-batch split into micro-batches, or across processes, is normalised once, globally.
+  * KL uses the k3 estimator in the loss (not in the reward), as DeepSeekMath Eq. 4.
+  * Log-probs and entropy are computed from logits / temperature (Skywork-OR1's dp_actor does this), so
+    they are the log-probs of the distribution the engine actually sampled from.
+"""
+from __future__ import annotations
+
+import torch
+
+LOSS_AGG = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum")
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
+    """A_i = (R_i - mean_group) / (std_group + eps); rewards (N,) hold consecutive groups of `group_size`."""
+    if group_size < 2:
+        raise ValueError(f"group_size must be >= 2 for a group-relative baseline, got {group_size}")
+    if rewards.numel() % group_size:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    r = rewards.float().view(-1, group_size)  # (B, G)
+    adv = r - r.mean(dim=1, keepdim=True)  # (B, G)
+    if scale_by_std:
+        adv = adv / (r.std(dim=1, unbiased=True, keepdim=True) + eps)  # all-equal group: 0 / eps = 0
+    return adv.view(-1)  # (N,)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False):
+    """log pi(token_t) under softmax(logits / temperature), and optionally the full-vocabulary entropy.
+
+    logits (N, T, V) are the scores that predict tokens (N, T) (already shifted by one position).
+    Returns logp (N, T) and entropy (N, T) or None. Equals minus HF's per-token cross-entropy at tau = 1.
+    """
+    logits = logits.float() / temperature  # (N, T, V)
+    logz = torch.logsumexp(logits, dim=-1)  # (N, T)
+    logp = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - logz  # (N, T)
+    ent = None
+    if with_entropy:
+        p = torch.softmax(logits, dim=-1)  # (N, T, V)
+        ent = logz - (p * logits).sum(-1)  # H = logZ - E_p[logit]  (N, T)
+    return logp, ent
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """k3 estimator of KL(pi_theta || pi_ref) per token: exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman, 2020)."""
+    d = ref_logp - logp  # (N, T)
+    return torch.exp(d) - d - 1
+
+
+def clipped_surrogate(logp, old_logp, advantages, clip_low: float = 0.2, clip_high: float = 0.2):
+    """Per-token PPO-clip loss -min(r A, clip(r, 1-eps_low, 1+eps_high) A) and where each clip bound is active.
+
+    advantages (N,) broadcast over T. GRPO uses a symmetric eps: clip_low == clip_high.
+    Returns loss (N, T), clipped_low (N, T) bool, clipped_high (N, T) bool.
+    """
+    adv = advantages.unsqueeze(-1)  # (N, 1)
+    ratio = torch.exp(logp - old_logp)  # (N, T); exactly 1 on the first on-policy update
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * adv
+    loss = -torch.min(unclipped, clipped)  # (N, T)
+    clipped_low = (ratio < 1 - clip_low) & (adv < 0)  # the clip term is the active one in min()
+    clipped_high = (ratio > 1 + clip_high) & (adv > 0)
+    return loss, clipped_low, clipped_high
+
+
+def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: float | None = None, num_tokens: float | None = None):
+    """Reduce a per-token loss (N, T) to a scalar.
+
+    seq-mean-token-mean  1/num_seqs  * sum_i (sum_t m_it l_it / sum_t m_it)   GRPO, DeepSeekMath Eq. 3
+    token-mean           1/num_tokens * sum_i sum_t m_it l_it                 DAPO Eq. 12 (mini-batch token mean)
+    seq-mean-token-sum   1/num_seqs  * sum_i sum_t m_it l_it                  Dr. GRPO-style (no length normaliser)
+    num_seqs / num_tokens default to this tensor's own counts; pass the mini-batch totals when it is a micro-batch.
+    """
+    mask = mask.to(loss_tok.dtype)
+    if mode == "token-mean":
+        denom = num_tokens if num_tokens is not None else mask.sum().clamp(min=1)
+        return (loss_tok * mask).sum() / denom
+    per_seq = (loss_tok * mask).sum(-1)  # (N,)
+    if mode == "seq-mean-token-mean":
+        per_seq = per_seq / mask.sum(-1).clamp(min=1)
+    elif mode != "seq-mean-token-sum":
+        raise ValueError(f"unknown loss aggregation {mode!r}; expected one of {LOSS_AGG}")
+    denom = num_seqs if num_seqs is not None else loss_tok.shape[0]
+    return per_seq.sum() / denom
+
+
+def policy_loss(
+    logp, old_logp, advantages, mask, ref_logp=None, *, clip_low=0.2, clip_high=0.2, kl_coef=0.0,
+    loss_agg="seq-mean-token-mean", num_seqs=None, num_tokens=None,
+):
+    """GRPO loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
+
+    Shapes: logp, old_logp, ref_logp, mask (N, T); advantages (N,). Returns (loss, metrics dict of floats).
+    """
+    loss_tok, clipped_low, clipped_high = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
+    kl = None
+    if kl_coef > 0:
+        if ref_logp is None:
+            raise ValueError("kl_coef > 0 needs ref_logp")
+        kl = kl_k3(logp, ref_logp)  # (N, T)
+        loss_tok = loss_tok + kl_coef * kl
+    loss = aggregate(loss_tok, mask, loss_agg, num_seqs, num_tokens)
+    m = mask.bool()
+    n = m.sum().clamp(min=1)
+    metrics = {
+        "clip_frac_low": (clipped_low & m).sum().item() / n.item(),
+        "clip_frac_high": (clipped_high & m).sum().item() / n.item(),
+        "kl": (kl[m].mean().item() if kl is not None and m.any() else 0.0),
+    }
+    return loss, metrics
