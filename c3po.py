@@ -1,0 +1,183 @@
+"""C3PO: constrained contextual computation policy optimisation (Ring-lite, arXiv 2506.14731, Sec. 3.2, Eq. 2-3).
+
+Same functions, same order as grpo.py, so `diff grpo.py c3po.py` is C3PO's change list (marked `# C3PO change k`):
+  1) fixed training-token budget: exactly Phi response tokens per optimizer step, chosen greedily (Eq. 3, Fig. 3)
+  2) constant normaliser 1/Phi, loss_agg="budget" ("homogeneous gradient scaling", Sec. 3.2)
+  3) Ring-lite keeps a KL loss, beta = 1e-3, and a symmetric eps = 0.2 (Sec. 4.1)
+The entropy term of Ring-lite's total loss (Eq. 6, alpha = 5e-4) lives in entropy.py. Tests: tests/test_c3po.py.
+
+    L_C3PO(theta) = -E[ 1/Phi sum_{i in S} sum_t 1[y_it in Y] ( min(r_it A_i, clip(r_it, 1-eps, 1+eps) A_i)
+                                                               - beta D_KL,it ) ]   s.t. |Y| = Phi          (Eq. 2)
+    S = (y_1..y_n) from the step's responses B with sum_{j<n} |y_j| < Phi <= sum_{j<=n} |y_j|                (Eq. 3)
+
+    paper             code                        shape
+    Phi               budget                      int       409,600 tokens per optimizer step in the paper
+    |y_i|             lengths                     (N,)      valid response tokens (mask row sums)
+    1[y_it in Y]      budget_mask(mask, kept)     (N, T)    the first kept_i response tokens of response i
+    |S|, Y            kept                        (N,)      tokens of response i that count (0 = not selected)
+    eps               clip_low = clip_high        float     0.2
+    beta              kl_coef                     float     1e-3
+    (rest as grpo.py: R_i rewards (N,), A_i advantages (N,), logp/old_logp/ref_logp/mask (N, T))
+
+Where the paper is silent, and what this file chooses (Ring-lite released no RL code):
+  * Advantages are computed on the full groups BEFORE selection ("token truncation ... after advantage computation
+    but prior to gradient backpropagation", Fig. 3): the trainer calls group_advantages, then budget_select.
+  * Greedy order: rollout order, or a seeded shuffle (shuffle_seed). The last selected response is cut at token
+    level so that exactly Phi tokens count (|Y| = Phi with the indicator of Eq. 2). Unselected responses and the
+    cut-off tail are discarded, not carried to the next step.
+  * Fewer than Phi tokens available: every token counts and the loss is still divided by Phi, so the scale of a
+    token's gradient never depends on the batch.
+  * Phi is per optimizer step: call budget_select on the responses of one optimizer step (the whole rollout when
+    there is one step per rollout). The paper does not say how Phi relates to mini-batches, nor define its
+    "token-budgeted dynamic sampling"; filtering zero-advantage groups first (dapo.filter_groups) composes.
+  * Micro-batches each divide by the same Phi, so gradient accumulation sums to the exact 1/Phi loss; under DDP,
+    whose all-reduce averages over W processes, pass budget = Phi / W.
+"""
+from __future__ import annotations
+
+import random
+
+import torch
+
+LOSS_AGG = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum", "budget")  # C3PO change 2: "budget"
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
+    """A_i = (R_i - mean_group) / (std_group + eps); rewards (N,) hold consecutive groups of `group_size`."""
+    if group_size < 2:
+        raise ValueError(f"group_size must be >= 2 for a group-relative baseline, got {group_size}")
+    if rewards.numel() % group_size:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    r = rewards.float().view(-1, group_size)  # (B, G)
+    adv = r - r.mean(dim=1, keepdim=True)  # (B, G)
+    if scale_by_std:
+        adv = adv / (r.std(dim=1, unbiased=True, keepdim=True) + eps)  # all-equal group: 0 / eps = 0
+    return adv.view(-1)  # (N,)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False):
+    """log pi(token_t) under softmax(logits / temperature), and optionally the full-vocabulary entropy.
+
+    logits (N, T, V) are the scores that predict tokens (N, T) (already shifted by one position).
+    Returns logp (N, T) and entropy (N, T) or None. Equals minus HF's per-token cross-entropy at tau = 1.
+    """
+    logits = logits.float() / temperature  # (N, T, V)
+    logz = torch.logsumexp(logits, dim=-1)  # (N, T)
+    logp = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - logz  # (N, T)
+    ent = None
+    if with_entropy:
+        p = torch.softmax(logits, dim=-1)  # (N, T, V)
+        ent = logz - (p * logits).sum(-1)  # H = logZ - E_p[logit]  (N, T)
+    return logp, ent
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """k3 estimator of KL(pi_theta || pi_ref) per token: exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman, 2020)."""
+    d = ref_logp - logp  # (N, T)
+    return torch.exp(d) - d - 1
+
+
+def clipped_surrogate(logp, old_logp, advantages, clip_low: float = 0.2, clip_high: float = 0.2):
+    """Per-token PPO-clip loss -min(r A, clip(r, 1-eps_low, 1+eps_high) A) and where each clip bound is active.
+
+    advantages (N,) broadcast over T. GRPO uses a symmetric eps: clip_low == clip_high.
+    Returns loss (N, T), clipped_low (N, T) bool, clipped_high (N, T) bool.
+    """
+    adv = advantages.unsqueeze(-1)  # (N, 1)
+    ratio = torch.exp(logp - old_logp)  # (N, T); exactly 1 on the first on-policy update
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * adv
+    loss = -torch.min(unclipped, clipped)  # (N, T)
+    clipped_low = (ratio < 1 - clip_low) & (adv < 0)  # the clip term is the active one in min()
+    clipped_high = (ratio > 1 + clip_high) & (adv > 0)
+    return loss, clipped_low, clipped_high
+
+
+def aggregate(
+    loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: float | None = None, num_tokens: float | None = None,
+    budget: float | None = None,
+):
+    """Reduce a per-token loss (N, T) to a scalar.
+
+    seq-mean-token-mean  1/num_seqs  * sum_i (sum_t m_it l_it / sum_t m_it)   GRPO, DeepSeekMath Eq. 3
+    token-mean           1/num_tokens * sum_i sum_t m_it l_it                 DAPO Eq. 12 (mini-batch token mean)
+    seq-mean-token-sum   1/num_seqs  * sum_i sum_t m_it l_it                  Dr. GRPO-style (no length normaliser)
+    budget               1/budget    * sum_i sum_t m_it l_it                  C3PO Eq. 2 (constant 1/Phi)
+    num_seqs / num_tokens default to this tensor's own counts; pass the mini-batch totals when it is a micro-batch.
+    """
+    mask = mask.to(loss_tok.dtype)
+    if mode == "budget":  # C3PO change 2 (Sec. 3.2, Eq. 2): constant normaliser, whatever the token count
+        if budget is None or budget <= 0:
+            raise ValueError(f"loss_agg='budget' needs the token budget Phi > 0, got {budget}")
+        return (loss_tok * mask).sum() / budget
+    if mode == "token-mean":
+        denom = num_tokens if num_tokens is not None else mask.sum().clamp(min=1)
+        return (loss_tok * mask).sum() / denom
+    per_seq = (loss_tok * mask).sum(-1)  # (N,)
+    if mode == "seq-mean-token-mean":
+        per_seq = per_seq / mask.sum(-1).clamp(min=1)
+    elif mode != "seq-mean-token-sum":
+        raise ValueError(f"unknown loss aggregation {mode!r}; expected one of {LOSS_AGG}")
+    denom = num_seqs if num_seqs is not None else loss_tok.shape[0]
+    return per_seq.sum() / denom
+
+
+def policy_loss(
+    logp, old_logp, advantages, mask, ref_logp=None, *,
+    # C3PO change 3 (Ring-lite Sec. 4.1): symmetric eps = 0.2 and a KL loss with beta = 1e-3 (needs ref_logp)
+    clip_low=0.2, clip_high=0.2, kl_coef=1e-3,
+    # C3PO change 2 (Sec. 3.2, Eq. 2): divide by the constant budget Phi; mask must be budget_mask(mask, kept)
+    loss_agg="budget", num_seqs=None, num_tokens=None, budget=None,
+):
+    """C3PO loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
+
+    Shapes: logp, old_logp, ref_logp, mask (N, T); advantages (N,). Returns (loss, metrics dict of floats).
+    """
+    loss_tok, clipped_low, clipped_high = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
+    kl = None
+    if kl_coef > 0:
+        if ref_logp is None:
+            raise ValueError("kl_coef > 0 needs ref_logp")
+        kl = kl_k3(logp, ref_logp)  # (N, T)
+        loss_tok = loss_tok + kl_coef * kl
+    loss = aggregate(loss_tok, mask, loss_agg, num_seqs, num_tokens, budget)
+    m = mask.bool()
+    n = m.sum().clamp(min=1)
+    metrics = {
+        "clip_frac_low": (clipped_low & m).sum().item() / n.item(),
+        "clip_frac_high": (clipped_high & m).sum().item() / n.item(),
+        "kl": (kl[m].mean().item() if kl is not None and m.any() else 0.0),
+    }
+    return loss, metrics
+
+
+# C3PO change 1 (Sec. 3.2, Eq. 3, Fig. 3): greedy token-budget selection, after advantages, before the loss.
+def budget_select(lengths, budget: int, shuffle_seed: int | None = None) -> torch.Tensor:
+    """Kept-token count per response (N,) long: greedy over responses until exactly `budget` tokens are kept.
+
+    lengths: list[int] or tensor (N,) of valid response tokens. Order: rollout order, or a random.Random(shuffle_seed)
+    shuffle. The last selected response is cut so the counts sum to min(budget, sum(lengths)).
+    """
+    lens = [int(x) for x in torch.as_tensor(lengths).tolist()]
+    order = list(range(len(lens)))
+    if shuffle_seed is not None:
+        random.Random(shuffle_seed).shuffle(order)
+    kept, used = [0] * len(lens), 0
+    for i in order:
+        if used >= budget:
+            break
+        kept[i] = min(lens[i], budget - used)  # token-level cut of the last one: |Y| == Phi exactly
+        used += kept[i]
+    return torch.tensor(kept, dtype=torch.long)  # (N,)
+
+
+def budget_mask(mask: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """1[y_it in Y] (N, T): the first kept_i counted tokens of each row of mask (any padding side)."""
+    pos = torch.cumsum(mask.long(), dim=-1)  # (N, T); k on the k-th response token
+    return mask * (pos <= kept.to(mask.device).unsqueeze(-1)).to(mask.dtype)  # (N, T)
+
+
+def budget_metrics(lengths, kept: torch.Tensor, budget: int) -> dict:
+    lens = torch.as_tensor(lengths).long()  # (N,)
+    return {"c3po/tokens_used": int(kept.sum()), "c3po/budget_fill": kept.sum().item() / budget,
+            "c3po/responses_used": int((kept > 0).sum()), "c3po/tokens_dropped": int((lens - kept).sum())}

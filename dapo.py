@@ -1,0 +1,232 @@
+"""DAPO: an open-source LLM reinforcement learning system at scale (arXiv 2503.14476), Sec. 3, Alg. 1, Eq. 8-13.
+
+Same functions, same order as grpo.py, so `diff grpo.py dapo.py` is DAPO's change list; each change is marked
+`# DAPO change k` where it lands. Advantages, log-probs and KL are grpo.py's, unchanged (DAPO sets beta = 0).
+  1) clip-higher: eps_low = 0.2, eps_high = 0.28                                   (Sec. 3.1, Eq. 10)
+  2) token-level loss: 1/sum_i|o_i| sum_i sum_t, default loss_agg="token-mean"     (Sec. 3.3, Eq. 12)
+  3) dynamic sampling: keep groups with 0 < #correct < G, refill to B groups        (Sec. 3.2, Eq. 11, Alg. 1)
+  4) soft overlong punishment: a length penalty added to the reward                (Sec. 3.4, Eq. 13)
+  5) overlong filtering: zero the loss mask of truncated responses (separate flag) (Sec. 3.4, Table 1)
+
+    J(theta) = E_q [ 1/sum_i|o_i| sum_i sum_t min( r_it * A_i , clip(r_it, 1-eps_low, 1+eps_high) * A_i ) ]
+               s.t. 0 < |{o_i : is_equivalent(a, o_i)}| < G                                             (Eq. 8/11)
+    R_length(y) = 0 if |y| <= L_max - L_cache; ((L_max - L_cache) - |y|) / L_cache if <= L_max; -1 else    (Eq. 13)
+
+    paper             code                        shape
+    eps_low/eps_high  clip_low / clip_high        float     0.2 / 0.28
+    sum_i |o_i|       num_tokens                  float     response tokens of the whole mini-batch
+    is_equivalent     correct                     (N,)      bool, the correctness, not the shaped reward
+    |y|               lengths                     (N,)      valid response tokens, EOS included (verl)
+    L_max / L_cache   max_len / cache_len         int       20480 / 4096 in the paper (expected length 16384)
+    truncated         truncated                   (N,)      bool, hit max_len without EOS
+    (rest as grpo.py: R_i rewards (N,), A_i advantages (N,), logp/old_logp/ref_logp/mask (N, T))
+
+Where the papers are silent or disagree, and what this file chooses:
+  * Eq. 12 normalises by the tokens of one group (inside E_q); verl's run that reproduced 50-52% AIME divides by
+    all response tokens of the mini-batch. We follow verl: the trainer counts the mini-batch's tokens over all its
+    micro-batches (and processes) and passes that as num_tokens; under DDP, whose all-reduce averages gradients over
+    W processes, pass total / W. The per-micro-batch default is exact only when one micro-batch is the mini-batch.
+  * Dynamic sampling filters on correctness (verl `filter_groups.metric=acc`): a group that is all wrong but differs
+    only in overlong penalty has shaped-reward std > 0 yet is dropped. Groups of one sample are kept (as verl).
+    Kept groups accumulate over generation rounds; the FIRST target_groups in generation order are used and the
+    surplus is discarded, not carried to the next step (verl `batch[:train_batch_size*n]`). Advantages are computed
+    after filtering, on kept groups only (they are per-group anyway, so the order does not change them).
+  * Overlong filtering masks the loss only: truncated responses' rewards still enter their group's mean/std (as TRL's
+    mask_truncated_completions; the paper is silent). The verl FAQ says the best run used no overlong filtering
+    (it overlaps with the soft punishment) while Table 1 lists it cumulatively: it is a separate flag, off for "DAPO".
+  * Generation stops at L_max, so the -1 branch of Eq. 13 is reached exactly at |y| = L_max by the ramp.
+"""
+from __future__ import annotations
+
+import torch
+
+LOSS_AGG = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum")
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
+    """A_i = (R_i - mean_group) / (std_group + eps); rewards (N,) hold consecutive groups of `group_size`."""
+    if group_size < 2:
+        raise ValueError(f"group_size must be >= 2 for a group-relative baseline, got {group_size}")
+    if rewards.numel() % group_size:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    r = rewards.float().view(-1, group_size)  # (B, G)
+    adv = r - r.mean(dim=1, keepdim=True)  # (B, G)
+    if scale_by_std:
+        adv = adv / (r.std(dim=1, unbiased=True, keepdim=True) + eps)  # all-equal group: 0 / eps = 0
+    return adv.view(-1)  # (N,)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False):
+    """log pi(token_t) under softmax(logits / temperature), and optionally the full-vocabulary entropy.
+
+    logits (N, T, V) are the scores that predict tokens (N, T) (already shifted by one position).
+    Returns logp (N, T) and entropy (N, T) or None. Equals minus HF's per-token cross-entropy at tau = 1.
+    """
+    logits = logits.float() / temperature  # (N, T, V)
+    logz = torch.logsumexp(logits, dim=-1)  # (N, T)
+    logp = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - logz  # (N, T)
+    ent = None
+    if with_entropy:
+        p = torch.softmax(logits, dim=-1)  # (N, T, V)
+        ent = logz - (p * logits).sum(-1)  # H = logZ - E_p[logit]  (N, T)
+    return logp, ent
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """k3 estimator of KL(pi_theta || pi_ref) per token: exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman, 2020)."""
+    d = ref_logp - logp  # (N, T)
+    return torch.exp(d) - d - 1
+
+
+def clipped_surrogate(logp, old_logp, advantages, clip_low: float = 0.2, clip_high: float = 0.2):
+    """Per-token PPO-clip loss -min(r A, clip(r, 1-eps_low, 1+eps_high) A) and where each clip bound is active.
+
+    advantages (N,) broadcast over T. DAPO raises only eps_high (see policy_loss): raising eps_low too would let
+    low-probability tokens be pushed to 0 (Sec. 3.1).
+    Returns loss (N, T), clipped_low (N, T) bool, clipped_high (N, T) bool.
+    """
+    adv = advantages.unsqueeze(-1)  # (N, 1)
+    ratio = torch.exp(logp - old_logp)  # (N, T); exactly 1 on the first on-policy update
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * adv
+    loss = -torch.min(unclipped, clipped)  # (N, T)
+    clipped_low = (ratio < 1 - clip_low) & (adv < 0)  # the clip term is the active one in min()
+    clipped_high = (ratio > 1 + clip_high) & (adv > 0)
+    return loss, clipped_low, clipped_high
+
+
+def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: float | None = None, num_tokens: float | None = None):
+    """Reduce a per-token loss (N, T) to a scalar.
+
+    seq-mean-token-mean  1/num_seqs  * sum_i (sum_t m_it l_it / sum_t m_it)   GRPO, DeepSeekMath Eq. 3
+    token-mean           1/num_tokens * sum_i sum_t m_it l_it                 DAPO Eq. 12 (mini-batch token mean)
+    seq-mean-token-sum   1/num_seqs  * sum_i sum_t m_it l_it                  Dr. GRPO-style (no length normaliser)
+    num_seqs / num_tokens default to this tensor's own counts; pass the mini-batch totals when it is a micro-batch.
+    """
+    mask = mask.to(loss_tok.dtype)
+    if mode == "token-mean":
+        denom = num_tokens if num_tokens is not None else mask.sum().clamp(min=1)
+        return (loss_tok * mask).sum() / denom
+    per_seq = (loss_tok * mask).sum(-1)  # (N,)
+    if mode == "seq-mean-token-mean":
+        per_seq = per_seq / mask.sum(-1).clamp(min=1)
+    elif mode != "seq-mean-token-sum":
+        raise ValueError(f"unknown loss aggregation {mode!r}; expected one of {LOSS_AGG}")
+    denom = num_seqs if num_seqs is not None else loss_tok.shape[0]
+    return per_seq.sum() / denom
+
+
+def policy_loss(
+    logp, old_logp, advantages, mask, ref_logp=None, *,
+    # DAPO change 1 (Sec. 3.1, Eq. 10): clip-higher, eps_high = 0.28 > eps_low = 0.2
+    clip_low=0.2, clip_high=0.28, kl_coef=0.0,
+    # DAPO change 2 (Sec. 3.3, Eq. 12): token-level loss; num_tokens = the mini-batch's response tokens, which the
+    # trainer counts over all micro-batches and processes (see the module docstring)
+    loss_agg="token-mean", num_seqs=None, num_tokens=None,
+):
+    """DAPO loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
+
+    Shapes: logp, old_logp, ref_logp, mask (N, T); advantages (N,). Returns (loss, metrics dict of floats).
+    For overlong filtering pass mask = overlong_mask(mask, truncated).
+    """
+    loss_tok, clipped_low, clipped_high = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
+    kl = None
+    if kl_coef > 0:
+        if ref_logp is None:
+            raise ValueError("kl_coef > 0 needs ref_logp")
+        kl = kl_k3(logp, ref_logp)  # (N, T)
+        loss_tok = loss_tok + kl_coef * kl
+    loss = aggregate(loss_tok, mask, loss_agg, num_seqs, num_tokens)
+    m = mask.bool()
+    n = m.sum().clamp(min=1)
+    metrics = {
+        "clip_frac_low": (clipped_low & m).sum().item() / n.item(),
+        "clip_frac_high": (clipped_high & m).sum().item() / n.item(),
+        "kl": (kl[m].mean().item() if kl is not None and m.any() else 0.0),
+    }
+    return loss, metrics
+
+
+# DAPO change 3 (Sec. 3.2, Eq. 11, Alg. 1): dynamic sampling, between reward and advantage.
+def filter_groups(correct, group_size: int) -> torch.Tensor:
+    """Keep mask (B,) of groups whose correctness is not all-equal: 0 < #correct < G (Eq. 11).
+
+    correct: list[bool] or tensor (N,) of consecutive groups. Pass correctness, not the shaped reward (verl
+    `metric=acc`): the overlong penalty must not rescue an all-wrong group. A group of one sample is kept (verl).
+    """
+    c = torch.as_tensor(correct).float()  # (N,)
+    if c.numel() % group_size:
+        raise ValueError(f"{c.numel()} correctness flags do not split into groups of {group_size}")
+    c = c.view(-1, group_size)  # (B, G)
+    return (c != c[:, :1]).any(dim=1) | (group_size == 1)  # (B,)
+
+
+class DynamicSampler:
+    """Refill bookkeeping for dynamic sampling: generate, filter, and repeat until `target_groups` groups are kept.
+
+        sampler.start()                                    # each training step
+        while not sampler.full:
+            groups, correct = generate_round()             # groups: one item per prompt (any payload)
+            sampler.add(groups, correct)                   # raises after max_gen_rounds rounds still short
+        kept = sampler.take()                              # the first target_groups, in generation order
+
+    max_gen_rounds <= 0 means unlimited (verl `max_num_gen_batches`, 10 in the DAPO recipe).
+    """
+
+    def __init__(self, target_groups: int, group_size: int, max_gen_rounds: int = 10):
+        self.target_groups, self.group_size, self.max_gen_rounds = target_groups, group_size, max_gen_rounds
+        self.last_metrics: dict = {}
+        self.start()
+
+    def start(self):
+        self.kept, self.rounds, self.generated = [], 0, 0
+
+    @property
+    def full(self) -> bool:
+        return len(self.kept) >= self.target_groups
+
+    def add(self, groups, correct) -> bool:
+        keep = filter_groups(correct, self.group_size)  # (B,)
+        if len(groups) != keep.numel():
+            raise ValueError(f"{len(groups)} groups but {keep.numel()} groups of correctness flags")
+        self.rounds += 1
+        self.generated += len(groups)
+        self.kept.extend(g for g, k in zip(groups, keep.tolist()) if k)
+        if not self.full and 0 < self.max_gen_rounds <= self.rounds:
+            raise RuntimeError(
+                f"dynamic sampling: only {len(self.kept)}/{self.target_groups} groups with mixed correctness after "
+                f"{self.rounds} generation rounds; the data is too easy or too hard for this model "
+                f"(raise --max-gen-rounds or filter the data)")
+        return self.full
+
+    def take(self) -> list:
+        """The first target_groups kept groups; the surplus is discarded, as verl does (not carried over)."""
+        if not self.full:
+            raise RuntimeError(f"dynamic sampling: take() with {len(self.kept)}/{self.target_groups} groups kept")
+        out, self.last_metrics = self.kept[: self.target_groups], self.metrics()
+        self.start()
+        return out
+
+    def metrics(self) -> dict:
+        return {"rollout/gen_rounds": self.rounds, "rollout/groups_kept_frac": len(self.kept) / max(self.generated, 1),
+                "rollout/groups_discarded_surplus": max(len(self.kept) - self.target_groups, 0)}
+
+
+# DAPO change 4 (Sec. 3.4, Eq. 13): soft overlong punishment, added to the correctness reward before advantages.
+def overlong_penalty(lengths, max_len: int, cache_len: int, factor: float = 1.0) -> torch.Tensor:
+    """R_length (N,): 0 up to L_max - L_cache, then a linear ramp to -1 at L_max, -1 beyond (times `factor`).
+
+    lengths: list[int] or tensor (N,) of valid response tokens. A truncated wrong answer scores -1 + -1 = -2.
+    """
+    if not 0 < cache_len <= max_len:
+        raise ValueError(f"need 0 < cache_len <= max_len, got cache_len={cache_len}, max_len={max_len}")
+    y = torch.as_tensor(lengths).float()  # (N,)
+    ramp = ((max_len - cache_len) - y) / cache_len  # (N,); > 0 before the buffer, < -1 past L_max
+    return ramp.clamp(min=-1.0, max=0.0) * factor  # (N,)
+
+
+# DAPO change 5 (Sec. 3.4, Table 1 "Overlong Filtering"): mask the loss of truncated samples; off in "DAPO".
+def overlong_mask(mask: torch.Tensor, truncated) -> torch.Tensor:
+    """Loss mask (N, T) with every token of a truncated response zeroed; rewards still enter group statistics."""
+    t = torch.as_tensor(truncated, dtype=torch.bool, device=mask.device)  # (N,)
+    return mask * (~t).unsqueeze(-1).to(mask.dtype)  # (N, T)

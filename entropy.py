@@ -1,0 +1,131 @@
+"""Entropy regularisation: Ring-lite's static bonus (arXiv 2506.14731, Sec. 3.2, Eq. 4, 6) and Skywork-OR1's adaptive
+entropy control (arXiv 2505.22312, Sec. 3.2, Eq. 3.1-3.2). Tests: python -m pytest tests/test_entropy.py -q
+
+    Ring-lite:   L = L_C3PO - alpha * H,   H = 1/D sum_i sum_t m_it H(pi_theta(. | y_i,<t))              (Eq. 4, 6)
+    Skywork-OR1: L = L_pg - alpha_k * H  (token mean over the batch, Eq. 3.1)
+                 alpha_k = c_k * 1{e_k <= tgt};  c_{k+1} = c_k + Delta if e_k < tgt, c_k - Delta if e_k > tgt  (3.2)
+
+    paper             code                        shape
+    H(pi(.|s_t))      entropy                     (N, T)    full-vocabulary entropy (grpo.token_logprobs)
+    alpha             coef                        float     5e-4 in Ring-lite; alpha_k from AdaptiveEntropy
+    1/D               loss_agg + num_seqs/num_tokens/budget  the same denominators as the policy loss
+    e_k               e (AdaptiveEntropy.step)    float     this step's entropy estimate (see `estimate`)
+    c_k, c_0          coef_c, c0                  float     c_0 = 0
+    tgt, Delta        target, delta               float     0.2; 1e-4 (released scripts) or 5e-3 (paper, Fig. 10)
+
+Where the papers are silent or disagree, and what this file chooses:
+  * Sign: Eq. 6 prints + alpha H, but the stated purpose is "encouraging exploration", so the minimised loss gets
+    -alpha * H (a bonus); entropy_loss returns that term, to be added to the policy loss.
+  * How H is aggregated is unstated in Ring-lite: we use the policy loss's own aggregation and denominators (pass
+    the same loss_agg / num_tokens / budget, and the budget mask for C3PO), so both terms scale alike.
+  * Entropy estimate e_k (Skywork): the paper estimates "from the rollout buffer"; its code uses the sampled-token
+    NLL -mean(old_logp), while the loss term uses the full-vocabulary entropy. Both estimate the same quantity at
+    tau = 1 (E[-log p(y)] = H); tgt = 0.2 was tuned on the NLL, so `estimate="nll"` is the default.
+  * Timing: the code updates the controller after the actor update, so step k uses the indicator of e_{k-1}
+    (`lag=True`); the paper's Eq. 3.2 uses e_k (`lag=False`, default). The c_k sequence is the same either way.
+    Before any observation the lagged indicator is off (c_0 = 0 makes this moot) [unspecified].
+  * Equality e_k = tgt: the paper turns the bonus on (<=) and leaves c unchanged (neither case of Eq. 3.2); the code
+    turns it off (<) and decreases c. `strict=False` (default) is the paper, `strict=True` the code.
+  * c is clamped to [c_min, c_max] = [0, 0.005] as the released scripts do (the paper has no clamp; without one c
+    goes negative while entropy sits above the target). The scripts' Delta = 1e-4 is the default.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def aggregate(
+    loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: float | None = None, num_tokens: float | None = None,
+    budget: float | None = None,
+):
+    """grpo.aggregate plus C3PO's "budget" mode (1/budget * sum_i sum_t m_it l_it); see grpo.py / c3po.py."""
+    mask = mask.to(loss_tok.dtype)
+    if mode == "budget":
+        if budget is None or budget <= 0:
+            raise ValueError(f"loss_agg='budget' needs the token budget Phi > 0, got {budget}")
+        return (loss_tok * mask).sum() / budget
+    if mode == "token-mean":
+        denom = num_tokens if num_tokens is not None else mask.sum().clamp(min=1)
+        return (loss_tok * mask).sum() / denom
+    per_seq = (loss_tok * mask).sum(-1)  # (N,)
+    if mode == "seq-mean-token-mean":
+        per_seq = per_seq / mask.sum(-1).clamp(min=1)
+    elif mode != "seq-mean-token-sum":
+        raise ValueError(f"unknown loss aggregation {mode!r}")
+    denom = num_seqs if num_seqs is not None else loss_tok.shape[0]
+    return per_seq.sum() / denom
+
+
+def entropy_loss(entropy, mask, coef: float = 5e-4, loss_agg: str = "token-mean", num_seqs=None, num_tokens=None,
+                 budget=None):
+    """-coef * H, aggregated like the policy loss; add it to the loss being minimised (entropy (N, T), mask (N, T)).
+
+    coef: Ring-lite's static alpha = 5e-4, or AdaptiveEntropy.step(e). Returns (term, metrics dict of floats).
+    """
+    h = aggregate(entropy, mask, loss_agg, num_seqs, num_tokens, budget)
+    m = mask.bool()
+    return -coef * h, {"entropy": (entropy[m].mean().item() if m.any() else 0.0), "entropy_coef": coef}
+
+
+def sampled_nll(logp: torch.Tensor, mask: torch.Tensor) -> float:
+    """-mean over response tokens of log pi(y_t): Skywork-OR1 code's entropy estimate (`actor/entropy_loss`)."""
+    m = mask.to(logp.dtype)
+    return (-(logp * m).sum() / m.sum().clamp(min=1)).item()
+
+
+def mean_entropy(entropy: torch.Tensor, mask: torch.Tensor) -> float:
+    """Token mean of the full-vocabulary entropy (N, T) over the mask."""
+    m = mask.to(entropy.dtype)
+    return ((entropy * m).sum() / m.sum().clamp(min=1)).item()
+
+
+class AdaptiveEntropy:
+    """Skywork-OR1's controller (Eq. 3.2): the bonus switches on only below `target`, with a coefficient that ramps.
+
+    Call `alpha = ctrl.step(e)` once per training step, before the loss, with e = ctrl.measure(old_logp, mask) (or
+    your own estimate), then add entropy_loss(entropy, mask, alpha, ...) to the policy loss.
+    """
+
+    def __init__(self, target: float = 0.2, delta: float = 1e-4, c0: float = 0.0, c_min: float = 0.0,
+                 c_max: float = 0.005, lag: bool = False, strict: bool = False, estimate: str = "nll"):
+        if estimate not in ("nll", "entropy"):
+            raise ValueError(f"estimate must be 'nll' or 'entropy', got {estimate!r}")
+        self.target, self.delta, self.c_min, self.c_max = target, delta, c_min, c_max
+        self.lag, self.strict, self.estimate = lag, strict, estimate
+        self.c = min(max(c0, c_min), c_max)
+        self.enabled_prev = False  # lagged indicator before any observation [unspecified]
+        self.last_e, self.last_alpha, self.steps = None, 0.0, 0
+
+    def measure(self, logp=None, mask=None, entropy=None) -> float:
+        """e_k from the rollout batch: sampled-token NLL of old_logp, or the mean full-vocabulary entropy."""
+        if self.estimate == "nll":
+            return sampled_nll(logp, mask)
+        return mean_entropy(entropy, mask)
+
+    def _on(self, e: float) -> bool:
+        return e < self.target if self.strict else e <= self.target
+
+    def step(self, e: float) -> float:
+        """alpha_k for this step's loss, then c_{k+1} from e_k."""
+        on = self.enabled_prev if self.lag else self._on(e)
+        alpha = self.c * float(on)
+        if e < self.target:
+            self.c += self.delta
+        elif e > self.target or self.strict:  # equality: the code decreases c, the paper leaves it
+            self.c -= self.delta
+        self.c = min(max(self.c, self.c_min), self.c_max)
+        self.enabled_prev = self._on(e)
+        self.last_e, self.last_alpha, self.steps = e, alpha, self.steps + 1
+        return alpha
+
+    def metrics(self) -> dict:
+        return {"policy/entropy_estimate": self.last_e, "policy/entropy_coef": self.last_alpha,
+                "policy/entropy_coef_c": self.c}
+
+    def state_dict(self) -> dict:
+        return {"c": self.c, "enabled_prev": self.enabled_prev, "last_e": self.last_e,
+                "last_alpha": self.last_alpha, "steps": self.steps}
+
+    def load_state_dict(self, state: dict):
+        self.c, self.enabled_prev, self.last_e = state["c"], state["enabled_prev"], state["last_e"]
+        self.last_alpha, self.steps = state["last_alpha"], state["steps"]

@@ -1,0 +1,98 @@
+"""entropy.py: the entropy bonus's sign and aggregation, the two entropy estimates, and Skywork-OR1's adaptive
+controller stepped through a scripted entropy sequence (paper vs code timing and equality rules).
+
+Run:  python -m pytest tests/test_entropy.py -q        (about 1 s on CPU)
+"""
+
+import json
+import math
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import entropy
+import grpo
+
+
+def test_aggregate_matches_grpo_for_its_modes():
+    g = torch.Generator().manual_seed(0)
+    lt, mask = torch.rand(3, 4, generator=g), (torch.arange(4) < torch.tensor([[4], [1], [2]])).float()
+    for mode in grpo.LOSS_AGG:
+        assert torch.equal(entropy.aggregate(lt, mask, mode), grpo.aggregate(lt, mask, mode))
+        assert torch.equal(entropy.aggregate(lt, mask, mode, 7, 9), grpo.aggregate(lt, mask, mode, 7, 9))
+
+
+def test_entropy_loss_hand_values_and_sign():
+    ent = torch.tensor([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1, 1], [1, 0, 0]])
+    term, m = entropy.entropy_loss(ent, mask, coef=0.5)  # token-mean: -0.5 * (1+2+3+4)/4
+    assert term.item() == pytest.approx(-1.25) and m["entropy"] == pytest.approx(2.5)
+    assert (torch.autograd.grad(term, ent)[0][mask.bool()] < 0).all()  # minimising raises entropy: a bonus
+    seq, _ = entropy.entropy_loss(ent, mask, coef=0.5, loss_agg="seq-mean-token-mean")  # -0.5 * (2 + 4)/2
+    assert seq.item() == pytest.approx(-1.5)
+    bud, _ = entropy.entropy_loss(ent, mask, coef=0.5, loss_agg="budget", budget=20)  # -0.5 * 10/20
+    assert bud.item() == pytest.approx(-0.25)
+    tok, _ = entropy.entropy_loss(ent, mask, coef=0.5, num_tokens=8)  # the policy loss's mini-batch count
+    assert tok.item() == pytest.approx(-0.5 * 10 / 8)
+
+
+def test_estimates_hand_values_and_nll_estimates_entropy():
+    logp = torch.tensor([[-0.5, -1.5], [-2.0, -9.0]])
+    mask = torch.tensor([[1.0, 1], [1, 0]])
+    assert entropy.sampled_nll(logp, mask) == pytest.approx(4.0 / 3)
+    assert entropy.mean_entropy(torch.tensor([[1.0, 2], [3, 9]]), mask) == pytest.approx(2.0)
+    # at tau = 1, E_y~pi[-log pi(y)] = H(pi): the code's NLL estimate and the full-vocabulary entropy agree on average
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(1, 1, 6, generator=g) * 2
+    y = torch.multinomial(torch.softmax(logits[0, 0], -1), 40000, replacement=True, generator=g)
+    logp_y, ent = grpo.token_logprobs(logits.expand(1, 40000, 6), y.view(1, -1), with_entropy=True)
+    assert entropy.sampled_nll(logp_y, torch.ones_like(logp_y)) == pytest.approx(ent[0, 0].item(), abs=0.03)
+
+
+E = [0.3, 0.1, 0.1, 0.1, 0.2, 0.3, 0.1]  # the scripted entropy estimates e_0..e_6 around target 0.2
+# Delta = 0.125, clamp [0, 0.25] (exact in binary). c_k before each step, by hand:
+#   paper equality (strict=False, c unchanged at e = tgt): 0, 0, .125, .25, .25(clamped), .25, .125 -> final .25
+#   code  equality (strict=True,  c decreases at e = tgt): 0, 0, .125, .25, .25, .125, 0          -> final .125
+EXPECTED = {  # (lag, strict) -> alpha_k
+    (False, False): [0, 0, 0.125, 0.25, 0.25, 0, 0.125],  # alpha_k = c_k * 1{e_k <= tgt}           (paper Eq. 3.2)
+    (True, False): [0, 0, 0.125, 0.25, 0.25, 0.25, 0],    # alpha_k = c_k * 1{e_{k-1} <= tgt}
+    (False, True): [0, 0, 0.125, 0.25, 0, 0, 0],          # alpha_k = c_k * 1{e_k < tgt}
+    (True, True): [0, 0, 0.125, 0.25, 0.25, 0, 0],        # alpha_k = c_k * 1{e_{k-1} < tgt}         (released code)
+}
+
+
+@pytest.mark.parametrize("lag,strict", list(EXPECTED))
+def test_adaptive_controller_follows_script(lag, strict):
+    ctrl = entropy.AdaptiveEntropy(target=0.2, delta=0.125, c_min=0.0, c_max=0.25, lag=lag, strict=strict)
+    assert [ctrl.step(e) for e in E] == EXPECTED[(lag, strict)]
+    assert ctrl.c == (0.125 if strict else 0.25)
+    assert ctrl.metrics()["policy/entropy_coef_c"] == ctrl.c
+
+
+def test_adaptive_defaults_and_measure():
+    ctrl = entropy.AdaptiveEntropy()
+    assert (ctrl.target, ctrl.delta, ctrl.c, ctrl.c_min, ctrl.c_max, ctrl.lag, ctrl.strict, ctrl.estimate) == (
+        0.2, 1e-4, 0.0, 0.0, 0.005, False, False, "nll")
+    for _ in range(100):
+        ctrl.step(0.1)
+    assert ctrl.c == pytest.approx(0.005)  # ramps at Delta per step, clamped at c_max
+    logp, mask = torch.tensor([[-0.1, -0.3]]), torch.ones(1, 2)
+    assert ctrl.measure(logp, mask) == pytest.approx(0.2)
+    ent = entropy.AdaptiveEntropy(estimate="entropy")
+    assert ent.measure(mask=mask, entropy=torch.tensor([[0.5, 1.5]])) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        entropy.AdaptiveEntropy(estimate="kl")
+
+
+def test_adaptive_state_dict_resumes_exactly():
+    full = entropy.AdaptiveEntropy(delta=0.125, c_max=0.25, lag=True, strict=True)
+    ref = [full.step(e) for e in E]
+    a = entropy.AdaptiveEntropy(delta=0.125, c_max=0.25, lag=True, strict=True)
+    first = [a.step(e) for e in E[:3]]
+    b = entropy.AdaptiveEntropy(delta=0.125, c_max=0.25, lag=True, strict=True)
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    assert first + [b.step(e) for e in E[3:]] == ref
+    assert not math.isnan(b.c)
