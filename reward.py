@@ -110,7 +110,7 @@ class MathReward:
                 out[i] = Verdict(True, extracted=pred)
             else:
                 todo.append(i)
-        pool = self._get_pool()
+        pool = self._get_pool() if todo else None
         if pool is None:
             for i in todo:
                 out[i] = check(completions[i], golds[i], self.timeout)
