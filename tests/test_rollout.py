@@ -1,0 +1,166 @@
+"""rollout.py (HFEngine) on the tiny model: shapes, EOS cutting, truncation, decoding, determinism; tokenizer round trip.
+
+Run:  python -m pytest tests/test_rollout.py -q        (about 15 s on CPU, plus the one-time tiny-model build
+                                                        of the `tiny_model_path` fixture in conftest.py)
+"""
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import data
+import rollout
+import tiny
+from rollout import SamplingParams
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_model_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)  # exactly as train.py / evaluate.py load it
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+    model.eval()
+    prompts = [data.build_prompt(tok, ex.prompt) for ex in data.builtin_task(3, split="test", seed=5)]
+    return tok, model, rollout.make_engine("hf", model, tok), prompts
+
+
+def _check_invariants(tok, groups, n_prompts, n, max_new):
+    eos = tok.eos_token_id
+    assert len(groups) == n_prompts and all(len(g) == n for g in groups)
+    for g in groups:
+        for c in g:
+            assert c.length == len(c.token_ids) >= 1
+            if c.truncated:
+                assert len(c.token_ids) == max_new and eos not in c.token_ids
+            else:
+                assert c.token_ids[-1] == eos and eos not in c.token_ids[:-1]  # cut right after the first EOS
+                assert len(c.token_ids) <= max_new
+            assert c.text == tok.decode(c.token_ids, skip_special_tokens=True)
+
+
+def test_sampled_groups(setup):
+    tok, model, eng, prompts = setup
+    torch.manual_seed(0)
+    groups = eng.generate(prompts, 3, SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=24))
+    _check_invariants(tok, groups, len(prompts), 3, 24)
+
+
+class _Logits:
+    """Forward hook on lm_head: per batch row, force EOS (+1e4) or forbid it (-1e4) at every step."""
+
+    def __init__(self, eos, force_rows):
+        self.eos, self.force_rows = eos, force_rows
+
+    def __call__(self, module, inp, out):
+        out = out.clone()
+        rows = torch.tensor([i in self.force_rows for i in range(out.shape[0])])
+        out[rows, :, self.eos] = 1e4
+        out[~rows, :, self.eos] = -1e4
+        return out
+
+
+def test_eos_cut_and_truncation_in_one_batch(setup):
+    """Row 0 ends at once (EOS, then padding in the batch); the others never emit EOS and hit max_new_tokens."""
+    tok, model, eng, prompts = setup
+    h = model.lm_head.register_forward_hook(_Logits(tok.eos_token_id, force_rows={0}))
+    try:
+        groups = eng.generate(prompts, 1, SamplingParams(temperature=1.0, max_new_tokens=7))
+    finally:
+        h.remove()
+    _check_invariants(tok, groups, len(prompts), 1, 7)
+    first = groups[0][0]
+    assert (first.token_ids, first.text, first.length, first.truncated) == ([tok.eos_token_id], "", 1, False)
+    for g in groups[1:]:
+        assert g[0].truncated and g[0].length == 7
+
+
+def test_greedy_deterministic_and_identical_across_n(setup):
+    tok, model, eng, prompts = setup
+    p = SamplingParams(temperature=0.0, max_new_tokens=16)
+    a = eng.generate(prompts, 3, p)
+    b = eng.generate(prompts, 3, p)
+    _check_invariants(tok, a, len(prompts), 3, 16)
+    ids = [[c.token_ids for c in g] for g in a]
+    assert ids == [[c.token_ids for c in g] for g in b]
+    assert all(g[0] == g[1] == g[2] for g in ids)
+    # left padding is right: each prompt alone (and in chunks of 2) gives what it gives in the full batch
+    alone = [eng.generate([q], 1, p)[0][0].token_ids for q in prompts]
+    assert alone == [g[0] for g in ids]
+    chunked = rollout.HFEngine(model, tok, max_batch=2).generate(prompts, 3, p)
+    assert [[c.token_ids for c in g] for g in chunked] == ids
+
+
+def test_sampling_reproducible_with_seed(setup):
+    tok, model, eng, prompts = setup
+    p = SamplingParams(temperature=1.0, top_p=0.9, max_new_tokens=12)
+    torch.manual_seed(1234)
+    a = [[c.token_ids for c in g] for g in eng.generate(prompts[:2], 2, p)]
+    torch.manual_seed(1234)
+    b = [[c.token_ids for c in g] for g in eng.generate(prompts[:2], 2, p)]
+    assert a == b
+
+
+def test_model_side_sampling_defaults_are_ignored(setup):
+    """A generation_config with top_k / repetition_penalty (as Qwen ships) must not change what is sampled."""
+    tok, model, eng, prompts = setup
+    p = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=12)
+    torch.manual_seed(7)
+    a = [[c.token_ids for c in g] for g in eng.generate(prompts[:2], 2, p)]
+    gc = model.generation_config
+    old = (gc.top_k, gc.repetition_penalty)
+    gc.top_k, gc.repetition_penalty = 1, 5.0
+    try:
+        torch.manual_seed(7)
+        b = [[c.token_ids for c in g] for g in eng.generate(prompts[:2], 2, p)]
+    finally:
+        gc.top_k, gc.repetition_penalty = old
+    assert a == b
+
+
+def test_training_flag_restored(setup):
+    tok, model, eng, prompts = setup
+    p = SamplingParams(temperature=0.0, max_new_tokens=2)
+    model.train()
+    try:
+        eng.generate(prompts[:1], 1, p)
+        assert model.training
+    finally:
+        model.eval()
+    eng.generate(prompts[:1], 1, p)
+    assert not model.training
+
+
+def _round_trip_texts():
+    texts = []
+    for ex in data.builtin_task(20, split="train", seed=9):
+        texts.append(data.PLAIN_TEMPLATE.replace("{question}", ex.prompt) + ex.solution)
+    texts.append("Question: 3+4\n" + data.INSTRUCTION + "\nAnswer: 3+4=7 \\boxed{7}")
+    texts.append("a  b\n\nc ~ {x} \\boxed{ }")
+    return texts
+
+
+def test_tiny_tokenizer_round_trip_in_memory():
+    tok = tiny.build_tokenizer()
+    for s in _round_trip_texts():
+        ids = tok(s, add_special_tokens=False)["input_ids"]
+        assert tok.decode(ids) == s
+
+
+def test_tiny_tokenizer_round_trip_as_loaded(tiny_model_path):
+    """The tokenizer train.py / evaluate.py load with AutoTokenizer must tokenize as the SFT tokenizer did.
+
+    BUG (tiny.py build_tokenizer): transformers 5.x forces `Qwen2Tokenizer` for model_type "qwen2"
+    (MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS), which installs Qwen2's byte-level pre-tokenizer; the tiny vocab
+    holds raw " " and "\\n", not the byte-level "Ġ" / "Ċ", so every space and newline outside the added template
+    pieces is silently dropped on encode. Fails until tiny.py builds a byte-level-alphabet vocab.
+    """
+    from transformers import AutoTokenizer
+
+    loaded, built = AutoTokenizer.from_pretrained(tiny_model_path), tiny.build_tokenizer()
+    for s in _round_trip_texts():
+        ids = loaded(s, add_special_tokens=False)["input_ids"]
+        assert ids == built(s, add_special_tokens=False)["input_ids"], s
+        assert loaded.decode(ids) == s
