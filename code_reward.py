@@ -302,3 +302,21 @@ def make_reward_fn(mode: str = "all_or_nothing", workers: int | None = None, wei
         return code_reward(completions, problems, mode=mode, workers=workers, weights=weights)
     reward_fn.__name__ = f"code_reward_{mode}"
     return reward_fn
+
+
+class CodeReward:
+    """The trainer's reward interface for code: `(completions, problems) -> (rewards, correct, metrics)`.
+
+    `correct` (what dynamic sampling and the pass-rate statistics use) means every test passed, whatever
+    the scoring mode: a MiMo partial score is a shaped reward, not a correct program.
+    """
+
+    def __init__(self, mode: str = "all_or_nothing", workers: int | None = None, weights: str = "equal"):
+        self.fn = make_reward_fn(mode, workers, weights)
+
+    def __call__(self, completions: list[str], problems: list[dict]):
+        rewards = self.fn(completions, problems)
+        return rewards, [r >= 1.0 - 1e-9 for r in rewards], {"reward/timeouts": 0}
+
+    def close(self):
+        pass

@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+CODE_INSTRUCTION = "Write a complete Python 3 program (or the requested function) in one ```python code block at the end."
 PLAIN_TEMPLATE = "Question: {question}\n" + INSTRUCTION + "\nAnswer: "
 
 
@@ -38,7 +39,7 @@ class DataError(ValueError):
 @dataclass
 class Example:
     prompt: str  # the problem statement (no template; see build_prompt)
-    answer: str  # gold answer, as a string math-verify can parse
+    answer: str | dict  # gold answer, a string math-verify can parse; for code, the problem with its tests
     level: int | None = None  # difficulty 1-5 when known
     pass_rate: float | None = None  # measured pass rate when graded
     solution: str | None = None  # worked solution (built-in task only; used for the cold-start SFT)
@@ -266,8 +267,28 @@ def load_hub(name: str, split: str, schema: str | None = None) -> list[Example]:
     return out
 
 
+def load_code_dataset(path: str) -> list[Example]:
+    """Code problems (code_reward.py's schema: question, tests or TACO-style input_output, optional fn_name).
+
+    The Example's `answer` is the normalised problem itself: the code reward runs its tests.
+    """
+    from code_reward import CodeDataError, load_code_problems
+
+    try:
+        problems = load_code_problems(path)
+    except CodeDataError as e:
+        raise DataError(str(e)) from None
+    return [Example(prompt=p["question"], answer=p, level=None, meta={"kind": "code"}) for p in problems]
+
+
 def load_dataset(spec: str, split: str = "train", n: int | None = None, seed: int = 0, schema: str | None = None) -> list[Example]:
-    """'builtin' -> the built-in task; a path -> load_file; anything else -> a hub dataset name."""
+    """'builtin' -> the built-in task; a path -> load_file; anything else -> a hub dataset name.
+
+    schema='code' reads code problems (load_code_dataset); otherwise the math schemas are detected per row.
+    """
+    if schema == "code":
+        data = load_code_dataset(spec)
+        return data[:n] if n else data
     if spec == "builtin":
         return builtin_task(n or (20000 if split == "train" else 500), split=split, seed=seed)
     if os.path.splitext(spec)[1].lower() in (".jsonl", ".json", ".parquet") or os.path.exists(spec):
@@ -289,9 +310,10 @@ def write_jsonl(path: str, rows: list[dict]) -> None:
 # ------------------------------------------------------------------------------------------------
 # Prompts
 # ------------------------------------------------------------------------------------------------
-def build_prompt(tokenizer, question: str) -> str:
+def build_prompt(tokenizer, question: str, kind: str = "math") -> str:
     """Chat template (as a user turn, generation prompt appended) when the tokenizer has one, else plain."""
+    instruction = CODE_INSTRUCTION if kind == "code" else INSTRUCTION
     if getattr(tokenizer, "chat_template", None):
-        msgs = [{"role": "user", "content": f"{question}\n{INSTRUCTION}"}]
+        msgs = [{"role": "user", "content": f"{question}\n{instruction}"}]
         return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-    return PLAIN_TEMPLATE.replace("{question}", question)
+    return PLAIN_TEMPLATE.replace("{question}", question).replace(INSTRUCTION, instruction)

@@ -31,9 +31,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def evaluate(engine, tokenizer, examples, reward_fn, samples: int = 0, ks=(1,), temperature: float = 1.0,
-             top_p: float = 1.0, max_new_tokens: int = 64, n_show: int = 0) -> dict:
+             top_p: float = 1.0, max_new_tokens: int = 64, n_show: int = 0, kind: str = "math") -> dict:
     """Greedy accuracy (always) and, when samples > 0, avg@samples and pass@k for each k <= samples."""
-    prompts = [data.build_prompt(tokenizer, ex.prompt) for ex in examples]
+    prompts = [data.build_prompt(tokenizer, ex.prompt, kind) for ex in examples]
     golds = [ex.answer for ex in examples]
     res = {}
     greedy = engine.generate(prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens))

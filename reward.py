@@ -53,13 +53,14 @@ def check(completion: str, gold: str, timeout: float = 5.0) -> Verdict:
     if _norm(pred) == _norm(gold):
         return Verdict(True, extracted=pred)
     from math_verify import parse, verify
+    from math_verify.errors import TimeoutException  # a BaseException: `except Exception` does not catch it
 
     to = max(1, int(round(timeout)))
     try:
         g = parse("\\boxed{" + gold + "}", parsing_timeout=to, raise_on_error=True)
         p = parse("\\boxed{" + pred + "}", parsing_timeout=to, raise_on_error=True)
         ok = bool(g) and bool(p) and verify(g, p, timeout_seconds=to, raise_on_error=True)
-    except TimeoutError:
+    except (TimeoutError, TimeoutException):
         return Verdict(False, timed_out=True, extracted=pred)
     except Exception:  # an unparseable answer is a wrong answer
         return Verdict(False, extracted=pred)

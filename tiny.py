@@ -51,13 +51,29 @@ class TinyRecipe:
         return hashlib.sha256(blob).hexdigest()[:12]
 
 
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable-character map used by byte-level BPE (Qwen2's tokenizer included)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
 def build_tokenizer():
-    from tokenizers import Tokenizer, decoders, models
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {t: i for i, t in enumerate(SPECIALS + CHARS)}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
-    tok.decoder = decoders.Fuse()  # characters join with nothing between them
+    # Byte-level symbols (' ' -> 'Ġ', '\n' -> 'Ċ'), as Qwen2's tokenizer expects: transformers loads any qwen2
+    # checkpoint's tokenizer as Qwen2Tokenizer, whose byte-level pre-tokenizer would drop raw spaces otherwise.
+    b2u = bytes_to_unicode()
+    vocab = {t: i for i, t in enumerate(SPECIALS + ["".join(b2u[b] for b in c.encode()) for c in CHARS])}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))  # no merges: one token per character
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
     hf = PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token="<|pad|>", eos_token="<|endoftext|>", padding_side="left", model_max_length=512
     )

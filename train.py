@@ -4,15 +4,20 @@
     python train.py --model Qwen/Qwen2.5-Math-1.5B --train-data dapo_math_17k.parquet --eval-data math500.jsonl \
         --max-new-tokens 4096 --lr 1e-6 --batch-size 512 --mini-batch-size 512 --micro-batch-size 8
     accelerate launch --num_processes 8 train.py ...  # the same file on N processes (DDP), unchanged
+    python train.py --recipe dapo                     # a paper's recipe (grpo dapo c3po skywork mimo compass)
     python train.py --help                            # every option, with its meaning
 
 The loop (DeepSeekMath Alg. 1, as the seed papers run it), one iteration per `step`:
-  1. sample B prompts                  (B = batch_size / group_size, sharded over processes, groups whole)
+  1. sample B prompts                  (B = batch_size / group_size, sharded over processes, groups whole;
+                                        MiMo's easy pool: resample.py; staged difficulty: curriculum.py)
   2. generate G completions for each   (rollout.py: HF generate or vLLM)
-  3. score them                        (reward.py: math-verify)
-  4. group-relative advantages         (grpo.py)
-  5. mu optimizer updates              (epochs x mini-batches of the rollout batch; old log-probs computed when mu > 1)
-  6. log / evaluate / checkpoint
+  3. score them                        (reward.py: math-verify; code_reward.py: sandboxed tests; DAPO's
+                                        overlong shaping: dapo.py) -- with dynamic sampling (dapo.py), 1-3
+                                        repeat until B groups of mixed correctness are kept
+  4. group-relative advantages         (grpo.py; Skywork's rejection sampling: curriculum.py)
+  5. mu optimizer updates              (epochs x mini-batches of the rollout batch; old log-probs computed when
+                                        mu > 1; C3PO's token budget: c3po.py; entropy bonus: entropy.py)
+  6. sync the engine, log / evaluate / checkpoint
 
 Run directory: metrics.jsonl (one row per step), curves.png, samples.jsonl (completions at each evaluation),
 checkpoint-N/ (model, tokenizer, optimizer, RNG, step, data position; written atomically) and summary.json.
@@ -41,6 +46,23 @@ from rollout import SamplingParams
 
 def opt(default, help):
     return field(default=default, metadata={"help": help})
+
+
+# Each paper's choices (../shared/reference/algorithms.md Sec. 7), lengths scaled to the built-in task (responses of
+# 10-50 tokens; the papers generate 4K-32K). Anything not listed keeps the Config default (GRPO).
+RECIPES = {
+    "grpo": {},  # DeepSeekMath GRPO without KL (add --kl-coef 0.04 for the original)
+    "dapo": dict(  # DAPO Sec. 3, Alg. 1
+        wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, overlong_buffer=16),
+    "c3po": dict(  # Ring-lite Sec. 3.2, 4.1: token budget, KL 1e-3, entropy bonus 5e-4, 1/0 reward
+        token_budget=4096, kl_coef=1e-3, entropy_coef=5e-4),
+    "skywork": dict(  # Skywork-OR1 MAGIC Sec. 3: token-mean, no KL, adaptive entropy, rejection sampling, stages
+        loss_agg="token-mean", adaptive_entropy=True, rejection_sampling=True, curriculum="skywork"),
+    "mimo": dict(  # MiMo Sec. 3.3: DAPO-style loss, dynamic sampling, easy-data resampling alpha = 0.1
+        clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, easy_pool_alpha=0.1),
+    "compass": dict(  # Compass-Thinker Sec. 3-4: +-1 reward, DAPO-style loss, dynamic sampling, easy -> hard stages
+        wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, curriculum="compass"),
+}
 
 
 @dataclass
@@ -84,6 +106,22 @@ class Config:
     epochs: int = opt(1, "passes over each rollout batch (N_reuse)")
     micro_batch_size: int = opt(256, "responses per forward/backward (gradient accumulation inside a mini-batch)")
     dtype: str = opt("auto", "model weights dtype: auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16")
+    # --- recipe: each paper's techniques (train.py --recipe NAME sets them; any flag given still wins) ---
+    recipe: str = opt("grpo", "preset of a paper's settings: " + ", ".join(RECIPES) + " (see RECIPES in train.py and the README)")
+    dynamic_sampling: bool = opt(False, "DAPO: keep only groups with mixed correctness, regenerating until the batch is full")
+    max_gen_rounds: int = opt(10, "DAPO: cap on generation rounds per step under dynamic sampling (<= 0: no cap)")
+    overlong_buffer: int = opt(0, "DAPO: L_cache of the soft overlong punishment (Eq. 13; L_max = --max-new-tokens); 0 = off")
+    overlong_filter: bool = opt(False, "DAPO: mask the loss of truncated responses (overlong filtering)")
+    token_budget: int = opt(0, "C3PO: Phi, training tokens per optimizer update (constant 1/Phi normaliser); 0 = off")
+    entropy_coef: float = opt(0.0, "static entropy bonus alpha (Ring-lite: 5e-4)")
+    adaptive_entropy: bool = opt(False, "Skywork-OR1: adaptive entropy control towards --entropy-target")
+    entropy_target: float = opt(0.2, "Skywork-OR1: target entropy (sampled-token NLL of the previous rollout)")
+    entropy_delta: float = opt(1e-4, "Skywork-OR1: coefficient step Delta per training step")
+    entropy_max: float = opt(5e-3, "Skywork-OR1: upper clamp of the entropy coefficient")
+    rejection_sampling: bool = opt(False, "Skywork-OR1: drop zero-advantage groups, no refill (the batch shrinks)")
+    easy_pool_alpha: float = opt(0.0, "MiMo: all-correct prompts move to an easy pool, drawn with this probability per slot; 0 = off")
+    curriculum: str = opt("", "staged training: 'skywork' (growing response length) or 'compass' (easy -> hard levels); '' = off")
+    reward: str = opt("math", "reward: 'math' (math-verify) or code modes 'code' (all tests pass), 'code-strict', 'code-soft' (MiMo)")
 
     def validate(self):
         def bad(flag, msg):
@@ -103,6 +141,12 @@ class Config:
             bad("max-steps", "must be >= 1")
         if self.rollout not in ("hf", "vllm"):
             bad("rollout", f"{self.rollout!r} is not 'hf' or 'vllm'")
+        if self.curriculum not in ("", "skywork", "compass"):
+            bad("curriculum", f"{self.curriculum!r} is not 'skywork', 'compass' or ''")
+        if self.curriculum and self.easy_pool_alpha:
+            bad("curriculum", "cannot be combined with --easy-pool-alpha (both choose the prompts)")
+        if self.reward not in ("math", "code", "code-strict", "code-soft"):
+            bad("reward", f"{self.reward!r} is not one of math, code, code-strict, code-soft")
 
 
 def parse_config(argv=None) -> Config:
@@ -114,6 +158,10 @@ def parse_config(argv=None) -> Config:
         else:
             typ = {"int": int, "float": float, "str": str}[f.type if isinstance(f.type, str) else f.type.__name__]
             ap.add_argument(flag, type=typ, default=f.default, help=f.metadata["help"] + f" (default: {f.default})")
+    recipe = vars(ap.parse_known_args(argv)[0])["recipe"]
+    if recipe not in RECIPES:
+        raise SystemExit(f"error: --recipe: {recipe!r} is not one of {', '.join(RECIPES)}")
+    ap.set_defaults(**RECIPES[recipe])  # a recipe changes defaults; flags given on the command line still win
     cfg = Config(**vars(ap.parse_args(argv)))
     cfg.validate()
     return cfg
@@ -234,13 +282,31 @@ def plot_curves(rows: list[dict], evals: list[dict], path: str):
     plt.close(fig)
 
 
+class Round:
+    """One generation round on this process: prompts, their G completions each, rewards and correctness."""
+
+    def __init__(self, idx, exs, prompts, comps, rewards, correct, G):
+        self.idx, self.exs, self.prompts, self.comps, self.rewards, self.correct, self.G = idx, exs, prompts, comps, rewards, correct, G
+
+    def groups(self):  # one item per prompt, for dapo.DynamicSampler
+        G = self.G
+        return [(self.idx[i], self.exs[i], self.prompts[i], self.comps[i * G:(i + 1) * G], self.rewards[i * G:(i + 1) * G],
+                 self.correct[i * G:(i + 1) * G]) for i in range(len(self.idx))]
+
+    @staticmethod
+    def from_groups(groups, G):
+        cat = lambda k: [x for g in groups for x in g[k]]  # noqa: E731
+        return Round([g[0] for g in groups], [g[1] for g in groups], [g[2] for g in groups], cat(3), cat(4), cat(5), G)
+
+
 # ------------------------------------------------------------------------------------------------
 def main(argv=None):
     cfg = parse_config(argv)
     # Everything that can fail on bad input is checked before the run directory is touched.
-    train_set = data.load_dataset(cfg.train_data, split="train", seed=cfg.seed)
+    schema = "code" if cfg.reward.startswith("code") else None
+    train_set = data.load_dataset(cfg.train_data, split="train", seed=cfg.seed, schema=schema)
     eval_set = data.load_dataset(cfg.eval_data, split=cfg.eval_split if cfg.eval_data != "builtin" else "test",
-                                 n=cfg.eval_problems, seed=cfg.seed)
+                                 n=cfg.eval_problems, seed=cfg.seed, schema=schema)
     resume_from = None
     if cfg.resume:
         resume_from = latest_checkpoint(cfg.output_dir) if cfg.resume == "auto" else cfg.resume
@@ -248,12 +314,17 @@ def main(argv=None):
             raise SystemExit(f"error: --resume {cfg.resume!r}: not a checkpoint directory (no trainer_state.pt)")
 
     from accelerate import Accelerator
+    from accelerate.utils import gather_object
     from tqdm import tqdm
 
+    import c3po
+    import curriculum
+    import dapo
+    import entropy
+    import resample
     import rollout
     import tiny
     from evaluate import evaluate
-    from reward import MathReward
 
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
     random.seed(cfg.seed)
@@ -268,69 +339,141 @@ def main(argv=None):
     if ref_model is not None:
         ref_model = ref_model.to(accelerator.device)
     policy = accelerator.unwrap_model(model)
-    engine = rollout.make_engine(cfg.rollout, policy, tok)
-    reward_fn = MathReward(cfg.correct_reward, cfg.wrong_reward, cfg.reward_timeout, cfg.reward_workers)
-    sampler = PromptSampler(len(train_set), cfg.seed)
-    start_step, history, evals, wall_before = 0, [], [], 0.0
+    engine = rollout.make_engine(cfg.rollout, policy, tok, model_path=resume_from or model_path, seed=cfg.seed,
+                                 max_model_len=512 if not cfg.model else None)
+    if cfg.reward == "math":
+        from reward import MathReward
+
+        reward_fn = MathReward(cfg.correct_reward, cfg.wrong_reward, cfg.reward_timeout, cfg.reward_workers)
+    else:
+        from code_reward import CodeReward
+
+        reward_fn = CodeReward({"code": "all_or_nothing", "code-strict": "strict", "code-soft": "soft"}[cfg.reward])
+    kind = "code" if schema == "code" else "math"
+    G = cfg.group_size
+    # Prompt sources: the plain epoch walk, MiMo's easy pool, or a staged curriculum (all resumable).
+    stages = None
+    if cfg.curriculum:
+        mk = curriculum.skywork_stages if cfg.curriculum == "skywork" else curriculum.compass_stages
+        base = cfg.max_new_tokens // 2 if cfg.curriculum == "skywork" else cfg.max_new_tokens
+        stages = mk(cfg.max_steps, base, batch_size=cfg.batch_size // G, group_size=G)
+        sampler = curriculum.Curriculum(stages, [ex.level for ex in train_set], seed=cfg.seed)
+    elif cfg.easy_pool_alpha > 0:
+        sampler = resample.EasyPool(len(train_set), alpha=cfg.easy_pool_alpha, seed=cfg.seed)
+    else:
+        sampler = PromptSampler(len(train_set), cfg.seed)
+    ent_ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max) if cfg.adaptive_entropy else None
+    start_step, history, evals, wall_before, last_nll = 0, [], [], 0.0, None
     if resume_from:
         st = torch.load(os.path.join(resume_from, "trainer_state.pt"), weights_only=False)
         optimizer.load_state_dict(st["optimizer"])
         torch.set_rng_state(st["torch_rng"]), random.setstate(st["py_rng"]), sampler.load_state_dict(st["sampler"])
-        start_step, history, evals, wall_before = st["step"], st["history"], st["evals"], st["wall_time_s"]
+        if ent_ctrl is not None:
+            ent_ctrl.load_state_dict(st["entropy"])
+        start_step, history, evals, wall_before, last_nll = st["step"], st["history"], st["evals"], st["wall_time_s"], st["last_nll"]
     os.makedirs(cfg.output_dir, exist_ok=True)
     if accelerator.is_main_process:
         with open(os.path.join(cfg.output_dir, "config.json"), "w") as f:
             json.dump(dataclasses.asdict(cfg), f, indent=1)
         with open(os.path.join(cfg.output_dir, "metrics.jsonl"), "w") as f:  # rewritten from the checkpoint's history
             f.writelines(json.dumps(r) + "\n" for r in history)
-
     world, rank = accelerator.num_processes, accelerator.process_index
-    G = cfg.group_size
-    B_local = cfg.batch_size // G // world  # prompts per process; groups never straddle processes
-    if B_local * G * world != cfg.batch_size:
-        raise SystemExit(f"error: --batch-size {cfg.batch_size} does not split into whole groups over {world} processes")
-    sp = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
 
     def run_eval(step):
         if not accelerator.is_main_process:
             return None
         with torch.random.fork_rng():  # evaluation never shifts the training sampling stream
-            res = evaluate(engine, tok, eval_set, reward_fn, max_new_tokens=cfg.max_new_tokens, n_show=8)
+            res = evaluate(engine, tok, eval_set, reward_fn, max_new_tokens=cfg.max_new_tokens, n_show=8, kind=kind)
         with open(os.path.join(cfg.output_dir, "samples.jsonl"), "a") as f:
-            f.writelines(json.dumps({"step": step, **s}) + "\n" for s in res.pop("samples"))
+            f.writelines(json.dumps({"step": step, **s}, default=str) + "\n" for s in res.pop("samples"))
         row = {"step": step, **{f"eval/{k}": v for k, v in res.items()}}
         evals.append(row)
         return row
 
+    def take_prompts(step, n_global):
+        """Every process draws the same global list (samplers stay in lockstep) and keeps its slice of whole groups."""
+        idx = sampler.next_batch(step, n_global)[0] if stages else sampler.sample(n_global) if cfg.easy_pool_alpha > 0 else sampler.take(n_global)
+        n_local = n_global // world
+        return idx[rank * n_local : (rank + 1) * n_local]
+
+    def generate_round(step, n_global, G, sp):
+        idx = take_prompts(step, n_global)
+        exs = [train_set[i] for i in idx]
+        prompts = [data.build_prompt(tok, ex.prompt, kind) for ex in exs]
+        comps = [c for g in engine.generate(prompts, G, sp) for c in g]  # (N,) prompt-major
+        rewards, correct, rm = reward_fn([c.text for c in comps], [ex.answer for ex in exs for _ in range(G)])
+        if cfg.overlong_buffer:  # DAPO Eq. 13: added to the correctness reward, before the group statistics
+            rewards = (torch.tensor(rewards) + dapo.overlong_penalty([c.length for c in comps], sp.max_new_tokens, cfg.overlong_buffer)).tolist()
+        return Round(idx, exs, prompts, comps, rewards, correct, G), rm["reward/timeouts"]
+
     t_start = time.time()
     if not evals:
-        print(f"evaluating the initial policy on {len(eval_set)} held-out problems ...", flush=True) if accelerator.is_main_process else None
+        if accelerator.is_main_process:
+            print(f"evaluating the initial policy on {len(eval_set)} held-out problems ...", flush=True)
         run_eval(0)
     bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, disable=not accelerator.is_main_process, dynamic_ncols=True)
     for step in bar:
-        t0 = time.time()
-        # 1. sample prompts: every process draws the same global batch and keeps its own slice of whole groups
-        idx = sampler.take(cfg.batch_size // G)[rank * B_local : (rank + 1) * B_local]
-        exs = [train_set[i] for i in idx]
-        prompts = [data.build_prompt(tok, ex.prompt) for ex in exs]
-        # 2. rollout: G completions per prompt
-        groups = engine.generate(prompts, G, sp)
-        comps = [c for g in groups for c in g]  # (N,) prompt-major: group i is comps[i*G:(i+1)*G]
+        t0, extra = time.time(), {}
+        stage = stages[[s.until_step > step for s in stages].index(True)] if stages and step < stages[-1].until_step else (stages[-1] if stages else None)
+        G = stage.group_size if stage else cfg.group_size
+        n_prompts = stage.batch_size if stage else cfg.batch_size // cfg.group_size
+        if n_prompts % world:
+            raise SystemExit(f"error: {n_prompts} prompts per step do not split over {world} processes")
+        sp = SamplingParams(cfg.temperature, cfg.top_p, stage.max_new_tokens if stage else cfg.max_new_tokens)
+        # 1.-3. sample prompts, generate G completions each, score them; with dynamic sampling (DAPO Alg. 1), repeat
+        # until n_prompts groups of mixed correctness are kept (first ones in generation order; surplus discarded)
+        if cfg.dynamic_sampling:
+            ds = dapo.DynamicSampler(n_prompts // world, G, cfg.max_gen_rounds)
+            n_gen, timeouts = 0, 0
+            while True:
+                if ds.full:  # another process is still short: draw (and skip) its round to keep samplers in lockstep
+                    take_prompts(step, n_prompts)
+                else:
+                    rnd, to = generate_round(step, n_prompts, G, sp)
+                    ds.add(rnd.groups(), torch.tensor(rnd.correct))  # raises after --max-gen-rounds
+                    n_gen, timeouts = n_gen + len(rnd.comps), timeouts + to
+                if not accelerator.reduce(torch.tensor([0.0 if ds.full else 1.0], device=accelerator.device), "sum").item():
+                    break
+            extra.update(ds.metrics())
+            batch = Round.from_groups(ds.take(), G)
+        else:
+            batch, timeouts = generate_round(step, n_prompts, G, sp)
+            n_gen = len(batch.comps)
         t_gen = time.time() - t0
-        # 3. rewards
-        rewards, correct, rmetrics = reward_fn([c.text for c in comps], [ex.answer for ex in exs for _ in range(G)])
-        rewards_t = torch.tensor(rewards)
-        # 4. group-relative advantages (each group lives on one process, so this is exact)
+        # pass rates feed MiMo's easy pool and the curriculum's online filter; every process sees all of them
+        pass_rates = torch.tensor(batch.correct, dtype=torch.float).view(-1, G).mean(1).tolist()
+        seen = gather_object(list(zip(batch.idx, pass_rates))) if world > 1 else list(zip(batch.idx, pass_rates))
+        if cfg.easy_pool_alpha > 0:
+            sampler.update([i for i, _ in seen], [p for _, p in seen])
+            extra.update(sampler.metrics())
+        elif stages:
+            sampler.observe([i for i, _ in seen], [p for _, p in seen])
+            extra.update(sampler.metrics())
+        # 4. group-relative advantages (a group lives on one process, so this is exact)
+        rewards_t = torch.tensor(batch.rewards)
         adv = grpo.group_advantages(rewards_t, G, scale_by_std=cfg.scale_adv_by_std)  # (N,)
+        keep = torch.ones(len(batch.comps), dtype=torch.bool)
+        if cfg.rejection_sampling:  # Skywork-OR1 Sec. 3.1: zero-advantage groups leave, nothing replaces them
+            keep = curriculum.reject_zero_advantage(adv, G).repeat_interleave(G)
+            extra["rollout/groups_kept_frac"] = keep.float().mean().item()
+        alpha = cfg.entropy_coef
+        if ent_ctrl is not None:  # Skywork-OR1 Eq. 3.2 with its code's timing: e is the previous rollout's NLL
+            alpha = ent_ctrl.step(last_nll) if last_nll is not None else 0.0
+            extra.update(ent_ctrl.metrics() if last_nll is not None else {"policy/entropy_coef": 0.0})
         # 5. mu optimizer updates over mini-batches of the rollout batch
-        p_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts for _ in range(G)]
-        umetrics = update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, [c.token_ids for c in comps], adv, step)
+        sel = keep.nonzero().flatten().tolist()
+        p_ids = [tok(batch.prompts[i // G], add_special_tokens=False)["input_ids"] for i in sel]
+        r_ids = [batch.comps[i].token_ids for i in sel]
+        truncated = [batch.comps[i].truncated for i in sel]
+        umetrics = update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_ids, adv[sel], truncated, alpha, step, c3po)
+        last_nll = umetrics.pop("policy/sampled_nll", last_nll)
         engine.sync_weights(policy)
         # 6. log / evaluate / save
+        comps = batch.comps
         stats = accelerator.gather(torch.tensor(
-            [sum(rewards), sum(r * r for r in rewards), sum(correct), len(rewards), sum(c.length for c in comps),
-             max(c.length for c in comps), sum(c.truncated for c in comps), rmetrics["reward/timeouts"],
-             float((rewards_t.view(-1, G).std(1) == 0).sum()), len(groups)], dtype=torch.float64).to(accelerator.device)
+            [sum(batch.rewards), sum(r * r for r in batch.rewards), sum(batch.correct), len(comps), sum(c.length for c in comps),
+             max(c.length for c in comps), sum(c.truncated for c in comps), timeouts,
+             float((rewards_t.view(-1, G).std(1) == 0).sum()), len(batch.idx), n_gen], dtype=torch.float64).to(accelerator.device)
         ).view(world, -1).cpu()
         s = stats.sum(0)
         s[5] = stats[:, 5].max()
@@ -339,8 +482,8 @@ def main(argv=None):
         row = {"step": step + 1, "reward/mean": s[0].item() / n, "reward/std": math.sqrt(max(0.0, s[1].item() / n - (s[0].item() / n) ** 2)),
                "rollout/accuracy": s[2].item() / n, "rollout/frac_zero_std": s[8].item() / s[9].item(),
                "rollout/response_length": s[4].item() / n, "rollout/response_length_max": s[5].item(),
-               "rollout/truncated_frac": s[6].item() / n, "reward/timeouts": int(s[7].item()), **umetrics,
-               "perf/tokens_per_s": s[4].item() / dt, "perf/step_time_s": dt, "perf/gen_time_s": t_gen}
+               "rollout/truncated_frac": s[6].item() / n, "reward/timeouts": int(s[7].item()), "rollout/generated": int(s[10].item()),
+               **extra, **umetrics, "perf/tokens_per_s": s[4].item() / dt, "perf/step_time_s": dt, "perf/gen_time_s": t_gen}
         history.append(row)
         bar.set_postfix(reward=f"{row['reward/mean']:.3f}", acc=f"{row['rollout/accuracy']:.3f}", len=f"{row['rollout/response_length']:.1f}")
         done = step + 1 == cfg.max_steps
@@ -354,14 +497,16 @@ def main(argv=None):
         if done or (cfg.save_every and (step + 1) % cfg.save_every == 0):
             save_checkpoint(os.path.join(cfg.output_dir, f"checkpoint-{step + 1}"), accelerator, model, tok, optimizer,
                             {"step": step + 1, "sampler": sampler.state_dict(), "history": history, "evals": evals,
+                             "entropy": ent_ctrl.state_dict() if ent_ctrl else None, "last_nll": last_nll,
                              "wall_time_s": wall_before + time.time() - t_start, "config": dataclasses.asdict(cfg)})
     bar.close()
     run_eval(cfg.max_steps)
-    reward_fn.close()
+    if hasattr(reward_fn, "close"):
+        reward_fn.close()
     if accelerator.is_main_process:
         before, after = evals[0], evals[-1]
         summary = {"accuracy_before": before["eval/accuracy"], "accuracy_after": after["eval/accuracy"],
-                   "wall_time_s": wall_before + time.time() - t_start, "steps": cfg.max_steps,
+                   "wall_time_s": wall_before + time.time() - t_start, "steps": cfg.max_steps, "recipe": cfg.recipe,
                    "eval_problems": len(eval_set), "before": before, "after": after}
         with open(os.path.join(cfg.output_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=1)
@@ -372,42 +517,62 @@ def main(argv=None):
     return history
 
 
-def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_ids, adv, step) -> dict:
-    """Step 5: `epochs` passes over the rollout batch in mini-batches; one optimizer update per mini-batch.
+def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_ids, adv, truncated, alpha, step, c3po) -> dict:
+    """Step 5: `epochs` passes over the rollout batch, each split into batch_size / mini_batch_size mini-batches,
+    one optimizer update per mini-batch.
 
-    Normalisers are global: a mini-batch's sequence and token counts are summed over its micro-batches and
-    over processes, and each micro-batch loss is divided by them (times the world size, because DDP averages
-    gradients over processes). Gradient accumulation therefore reproduces the one-big-batch gradient exactly.
+    Normalisers are global: a mini-batch's sequence and token counts are summed over its micro-batches and over
+    processes, and each micro-batch loss is divided by them (times the world size, because DDP averages gradients
+    over processes). Gradient accumulation therefore reproduces the one-big-batch gradient exactly. Every process
+    makes the same number of updates (DDP needs it), even when filtering left it fewer responses than the others.
     """
+    import entropy
+
     device, world = accelerator.device, accelerator.num_processes
     N = len(r_ids)
-    n_mini = max(1, cfg.mini_batch_size // world)  # per-process share of a mini-batch
-    n_micro = min(cfg.micro_batch_size, n_mini)
-    mu = cfg.epochs * (N // n_mini)
+    n_chunks = max(1, cfg.batch_size // cfg.mini_batch_size)  # mini-batches per epoch, the same on every process
+    mu = cfg.epochs * n_chunks
+    total = accelerator.reduce(torch.tensor([float(N)], device=device), "sum").item()
+    if total == 0:  # Skywork: nothing survived rejection sampling anywhere: skip the update
+        return {"policy/updates": 0}
     old_logp = None  # per response: log pi_old of its tokens, (len_i,)
     if mu > 1:  # off-policy updates need pi_old of the sampled tokens; with mu == 1 it is logp.detach()
         old_logp = []
         with torch.no_grad():
-            for i in range(0, N, n_micro):
-                lp = response_logprobs(model, make_batch(tok, p_ids[i:i + n_micro], r_ids[i:i + n_micro], device), cfg.temperature)[0]
-                old_logp += [lp[j, : len(r_ids[i + j])] for j in range(lp.shape[0])]
+            for i in range(0, N, cfg.micro_batch_size):
+                j = min(N, i + cfg.micro_batch_size)
+                lp = response_logprobs(model, make_batch(tok, p_ids[i:j], r_ids[i:j], device), cfg.temperature)[0]
+                old_logp += [lp[k, : len(r_ids[i + k])] for k in range(lp.shape[0])]
     g = torch.Generator().manual_seed(cfg.seed * 100003 + step)
     agg = {"loss": 0.0, "clip_frac_low": 0.0, "clip_frac_high": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
-    n_upd = 0
-    for _ in range(cfg.epochs):
+    nll_sum, nll_tok, n_upd, extra = 0.0, 0, 0, {}
+    for epoch in range(cfg.epochs):
         order = torch.randperm(N, generator=g).tolist() if mu > 1 else list(range(N))
-        for m0 in range(0, N, n_mini):
-            mb = order[m0 : m0 + n_mini]
-            seqs, toks = torch.tensor([float(len(mb))]), torch.tensor([float(sum(len(r_ids[i]) for i in mb))])
-            seqs, toks = accelerator.reduce(seqs.to(device), "sum").item() / world, accelerator.reduce(toks.to(device), "sum").item() / world
+        for mb in [c.tolist() for c in torch.tensor(order, dtype=torch.long).tensor_split(n_chunks)]:
+            lens = [len(r_ids[i]) for i in mb]
+            kept = None
+            if cfg.token_budget:  # C3PO: greedy selection of exactly Phi tokens (Phi / world per process), rollout order
+                kept = c3po.budget_select(lens, cfg.token_budget // world) if mb else torch.zeros(0, dtype=torch.long)
+                extra = c3po.budget_metrics(lens, kept, cfg.token_budget // world) if mb else extra
+            n_tok = float(sum(lens)) if kept is None else float(kept.sum())
+            if cfg.overlong_filter:
+                n_tok = float(sum(l for l, i in zip(lens, mb) if not truncated[i]))
+            counts = accelerator.reduce(torch.tensor([float(len(mb)), n_tok], device=device), "sum").cpu() / world
+            seqs, toks = max(counts[0].item(), 1e-9), max(counts[1].item(), 1e-9)
             stats = []
-            for c0 in range(0, len(mb), n_micro):
-                mc = mb[c0 : c0 + n_micro]
-                batch = make_batch(tok, [p_ids[i] for i in mc], [r_ids[i] for i in mc], device)
-                last = c0 + n_micro >= len(mb)
-                with accelerator.no_sync(model) if not last else contextlib.nullcontext():  # all-reduce once per update
+            micro = [mb[c : c + cfg.micro_batch_size] for c in range(0, len(mb), cfg.micro_batch_size)] or [[]]
+            for k, mc in enumerate(micro):
+                with accelerator.no_sync(model) if k < len(micro) - 1 else contextlib.nullcontext():  # all-reduce once
+                    if not mc:  # no responses here this update: a zero loss still joins DDP's gradient all-reduce
+                        accelerator.backward(sum(p.sum() for p in model.parameters()) * 0.0)
+                        continue
+                    batch = make_batch(tok, [p_ids[i] for i in mc], [r_ids[i] for i in mc], device)
                     logp, ent = response_logprobs(model, batch, cfg.temperature, with_entropy=True)  # (n, R)
                     mask = batch[4]  # (n, R)
+                    if cfg.overlong_filter:  # DAPO Sec. 3.4: truncated responses leave the loss (not the group stats)
+                        mask = mask * torch.tensor([not truncated[i] for i in mc], device=device).unsqueeze(1)
+                    if kept is not None:
+                        mask = c3po.budget_mask(mask, kept[[mb.index(i) for i in mc]])
                     if old_logp is None:
                         old = logp.detach()  # ratio == 1: the gradient is A * grad log pi (REINFORCE)
                     else:
@@ -418,11 +583,18 @@ def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_i
                     if ref_model is not None:
                         with torch.no_grad():
                             ref = response_logprobs(ref_model, batch, cfg.temperature)[0]
-                    loss, m = grpo.policy_loss(logp, old, adv[mc].to(device), mask, ref, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                                               kl_coef=cfg.kl_coef, loss_agg=cfg.loss_agg, num_seqs=seqs, num_tokens=toks)
+                    common = dict(loss_agg="budget", budget=cfg.token_budget / world) if cfg.token_budget else dict(loss_agg=cfg.loss_agg)
+                    loss_fn = c3po.policy_loss if cfg.token_budget else grpo.policy_loss  # dapo's = grpo's with DAPO's arguments
+                    loss, m = loss_fn(logp, old, adv[mc].to(device), mask, ref, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                                      kl_coef=cfg.kl_coef, num_seqs=seqs, num_tokens=toks, **common)
+                    if alpha:
+                        eterm, _ = entropy.entropy_loss(ent, mask, alpha, num_seqs=seqs, num_tokens=toks, **common)
+                        loss = loss + eterm
                     accelerator.backward(loss)
                 ntok = mask.sum().item()
                 stats.append((loss.item(), m, (ent * mask).sum().item(), ntok))
+                if epoch == 0:
+                    nll_sum, nll_tok = nll_sum - (old * batch[4]).sum().item(), nll_tok + batch[4].sum().item()
             gn = accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             for pg in optimizer.param_groups:
                 pg["lr"] = cfg.lr * min(1.0, (step * mu + n_upd + 1) / max(1, cfg.warmup_steps))
@@ -430,14 +602,17 @@ def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_i
             optimizer.zero_grad(set_to_none=True)
             T = sum(s[3] for s in stats) or 1
             agg["loss"] += sum(s[0] for s in stats)
-            for k in ("clip_frac_low", "clip_frac_high", "kl"):
-                agg[k] += sum(s[1][k] * s[3] for s in stats) / T
+            for key in ("clip_frac_low", "clip_frac_high", "kl"):
+                agg[key] += sum(s[1][key] * s[3] for s in stats) / T
             agg["entropy"] += sum(s[2] for s in stats) / T
             agg["grad_norm"] += float(gn)
             n_upd += 1
     out = {f"policy/{k}" if k != "grad_norm" else "perf/grad_norm": v / n_upd for k, v in agg.items()}
-    out["policy/updates"] = n_upd
-    out["perf/lr"] = optimizer.param_groups[0]["lr"]
+    out.update({"policy/updates": n_upd, "perf/lr": optimizer.param_groups[0]["lr"], **extra})
+    if nll_tok:
+        out["policy/sampled_nll"] = nll_sum / nll_tok
+    if alpha:
+        out["policy/entropy_coef"] = alpha
     return out
 
 
