@@ -106,6 +106,8 @@ class Config:
     epochs: int = opt(1, "passes over each rollout batch (N_reuse)")
     micro_batch_size: int = opt(256, "responses per forward/backward (gradient accumulation inside a mini-batch)")
     dtype: str = opt("auto", "model weights dtype: auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16")
+    threads: int = opt(0, "CPU threads for torch (0 = torch's default); use 1 when other jobs share the cores: "
+                          "an oversubscribed OpenMP pool can be 30x slower on a tiny model")
     # --- recipe: each paper's techniques (train.py --recipe NAME sets them; any flag given still wins) ---
     recipe: str = opt("grpo", "preset of a paper's settings: " + ", ".join(RECIPES) + " (see RECIPES in train.py and the README)")
     dynamic_sampling: bool = opt(False, "DAPO: keep only groups with mixed correctness, regenerating until the batch is full")
@@ -249,6 +251,9 @@ def latest_checkpoint(output_dir: str) -> str | None:
 def load_model(path: str, dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    looks_local = os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1
+    if looks_local and not os.path.isdir(os.path.expanduser(path)):
+        raise SystemExit(f"error: --model {path!r}: no such directory")
     try:
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
@@ -327,6 +332,8 @@ def main(argv=None):
     from evaluate import evaluate
 
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed + accelerator.process_index)  # per-process sampling streams
     dtype = {"auto": torch.bfloat16 if torch.cuda.is_available() else torch.float32, "float32": torch.float32,

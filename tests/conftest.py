@@ -20,3 +20,11 @@ def tiny_model_path(tmp_path_factory) -> str:
 
     cache = tmp_path_factory.mktemp("tiny-model")
     return tiny.get_tiny_model(tiny.TinyRecipe(sft_steps=40), cache_dir=str(cache), verbose=False)
+
+
+@pytest.fixture(scope="session")
+def trained_model_path():
+    """The default tiny model (full cold-start SFT), built once and cached like `python train.py` does."""
+    import tiny
+
+    return tiny.get_tiny_model(verbose=False)

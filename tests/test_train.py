@@ -1,0 +1,110 @@
+"""End-to-end runs of train.py: outputs, exact resume, recipes, and bad input.  Run: python -m pytest tests/test_train.py -q"""
+import json
+import os
+
+import pytest
+import torch
+
+import data
+import train
+
+SMALL = ["--batch-size", "16", "--group-size", "4", "--mini-batch-size", "8", "--micro-batch-size", "4",
+         "--eval-problems", "12", "--max-new-tokens", "40", "--reward-workers", "0", "--eval-every", "0"]
+
+
+def run(model, out, *args):
+    return train.main(["--model", model, "--output-dir", str(out), *SMALL, *args])
+
+
+def test_two_step_run_writes_everything(tiny_model_path, tmp_path):
+    out = tmp_path / "run"
+    hist = run(tiny_model_path, out, "--max-steps", "2")
+    assert len(hist) == 2
+    for f in ("metrics.jsonl", "curves.png", "samples.jsonl", "summary.json", "config.json", "checkpoint-2/trainer_state.pt",
+              "checkpoint-2/model.safetensors", "checkpoint-2/tokenizer.json"):
+        assert (out / f).exists(), f
+    rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    assert [r["step"] for r in rows] == [1, 2]
+    for k in ("reward/mean", "reward/std", "rollout/accuracy", "rollout/frac_zero_std", "rollout/response_length",
+              "rollout/response_length_max", "rollout/truncated_frac", "policy/clip_frac_low", "policy/clip_frac_high",
+              "policy/kl", "policy/entropy", "perf/grad_norm", "perf/tokens_per_s", "perf/step_time_s"):
+        assert k in rows[0], k
+    s = json.load(open(out / "summary.json"))
+    assert {"accuracy_before", "accuracy_after", "wall_time_s"} <= set(s) and s["eval_problems"] == 12
+    assert not any(d.endswith(".tmp") for d in os.listdir(out))  # checkpoints are renamed into place
+
+
+def _weights(path):
+    from safetensors.torch import load_file
+
+    return load_file(os.path.join(path, "model.safetensors"))
+
+
+def _strip_perf(rows):
+    return [{k: v for k, v in r.items() if not k.startswith("perf/") or k in ("perf/grad_norm", "perf/lr")} for r in rows]
+
+
+def test_resume_matches_uninterrupted_run(tiny_model_path, tmp_path):
+    """4 steps straight vs 2 steps, stop, resume to 4 (mu > 1 so old log-probs and clipping are exercised)."""
+    extra = ["--save-every", "2", "--seed", "3", "--epochs", "2", "--kl-coef", "0.01"]
+    full = run(tiny_model_path, tmp_path / "a", "--max-steps", "4", *extra)
+    run(tiny_model_path, tmp_path / "b", "--max-steps", "2", *extra)
+    resumed = run(tiny_model_path, tmp_path / "b", "--max-steps", "4", "--resume", "auto", *extra)
+    assert _strip_perf(full) == _strip_perf(resumed)
+    wa, wb = _weights(tmp_path / "a" / "checkpoint-4"), _weights(tmp_path / "b" / "checkpoint-4")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    rows = [json.loads(line) for line in open(tmp_path / "b" / "metrics.jsonl")]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("recipe", list(train.RECIPES))
+def test_every_recipe_runs_two_steps(trained_model_path, tmp_path, recipe):
+    hist = run(trained_model_path, tmp_path / recipe, "--recipe", recipe, "--max-steps", "2", "--max-gen-rounds", "20")
+    assert len(hist) == 2 and all(r["policy/updates"] >= 0 for r in hist)
+    cfg = json.load(open(tmp_path / recipe / "config.json"))
+    for k, v in train.RECIPES[recipe].items():
+        assert cfg[k] == v, (recipe, k)
+    if cfg["dynamic_sampling"]:
+        assert all(r["rollout/frac_zero_std"] == 0.0 for r in hist)  # no zero-std group reaches the update
+
+
+def test_recipe_flag_overrides_preset():
+    cfg = train.parse_config(["--recipe", "dapo", "--clip-high", "0.25", "--no-dynamic-sampling"])
+    assert cfg.clip_high == 0.25 and not cfg.dynamic_sampling and cfg.loss_agg == "token-mean"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--group-size", "1"], "--group-size: must be >= 2"),
+    (["--batch-size", "10", "--group-size", "4"], "--batch-size: 10 is not divisible by --group-size 4"),
+    (["--mini-batch-size", "5"], "--mini-batch-size"),
+    (["--recipe", "nope"], "--recipe"),
+])
+def test_bad_config_stops_before_writing(tmp_path, args, needle):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        train.main(["--output-dir", str(out), *args])
+    assert needle in str(e.value) and not out.exists()
+
+
+FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "math")
+
+
+@pytest.mark.parametrize("fname, needle", [
+    ("bad_missing_answer.jsonl", "bad_missing_answer.jsonl:3"),
+    ("bad_unknown_schema.jsonl", "unknown schema"),
+    ("bad_json.jsonl", "bad_json.jsonl:2"),
+    ("bad_binary.parquet", "cannot read"),
+    ("does_not_exist.jsonl", "no such file"),
+])
+def test_bad_data_stops_before_writing(tmp_path, fname, needle):
+    out = tmp_path / "run"
+    with pytest.raises(data.DataError) as e:
+        train.main(["--output-dir", str(out), "--train-data", os.path.join(FIX, fname)])
+    assert needle in str(e.value) and not out.exists()
+
+
+def test_missing_model_stops_before_writing(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        train.main(["--output-dir", str(out), "--model", str(tmp_path / "no_such_model"), "--eval-problems", "5"])
+    assert "no_such_model" in str(e.value) and not out.exists()
