@@ -1,0 +1,157 @@
+"""Naive dynamic sampling (DAPO full-batch rounds) vs MiMo's seamless rollout (seamless.py): wall time and waste.
+
+    python bench_seamless.py                          # stub engine + stub reward (sleeps: no CPU used), ~1 min
+    python bench_seamless.py --reward-ms-per-seq 0    # no reward cost: what the wave scheduling alone buys
+    python bench_seamless.py --real MODEL --steps 3   # the real HF engine on a (tiny) model + MathReward
+
+Stub (default): the default task's batch (--batch-size 256, --group-size 8: 32 groups per step); every prompt
+independently gives a mixed-correctness group with probability --p-valid (0.4, near MiMo Table 2's 41%), else all
+right or all wrong. A generate call of n sequences takes gen_fixed + n x gen_per_seq seconds (a batch-synchronous
+engine: the fixed part stands for the longest response of the batch), scoring n responses takes
+reward_fixed + n x reward_per_seq. Both are sleeps, so the figures are those of the scheduling, not of this machine.
+
+Reported per method (means over --steps steps, after one warm-up step that lets the seamless estimate settle):
+wall time per step, waste = unused / generated responses (includes zero-variance groups, >= 1 - p_valid for any
+scheduler), overshoot = responses of groups launched after the last selected one / generated (what the scheduler
+controls; MiMo's "sample waste"), rounds/waves, share of wall time generation waited on rewards.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+import seamless
+from rollout import Completion, SamplingParams
+
+
+class StubEngine:
+    def __init__(self, p_valid, gen_fixed, gen_per_seq, seed):
+        self.p_valid, self.gen_fixed, self.gen_per_seq = p_valid, gen_fixed, gen_per_seq
+        self.rng, self.kind = random.Random(seed), {}
+
+    def generate(self, prompts, n, params):
+        time.sleep(self.gen_fixed + self.gen_per_seq * len(prompts) * n)
+        out = []
+        for p in prompts:
+            i = int(p[1:])
+            if i not in self.kind:
+                self.kind[i] = "v" if self.rng.random() < self.p_valid else self.rng.choice("rw")
+            k = self.kind[i]
+            out.append([Completion([1] * 8, "1" if (k == "r" or (k == "v" and j < n // 2)) else "0", 8, False) for j in range(n)])
+        return out
+
+
+class StubReward:
+    def __init__(self, fixed, per_seq):
+        self.fixed, self.per_seq, self.workers = fixed, per_seq, 2
+
+    def __call__(self, texts, golds):
+        time.sleep(self.fixed + self.per_seq * len(texts))
+        c = [t == g for t, g in zip(texts, golds)]
+        return [float(x) for x in c], c, {"reward/timeouts": 0}
+
+
+class StubPrompts:
+    def __init__(self):
+        self.pos = 0
+
+    def __call__(self, k):
+        out = [(i, None, f"q{i}", "1") for i in range(self.pos, self.pos + k)]
+        self.pos += k
+        return out
+
+
+def real_setup(model_path, seed, reward_workers):
+    import torch
+
+    import data
+    import rollout
+    import train
+    from reward import MathReward
+
+    torch.manual_seed(seed)
+    model, tok = train.load_model(model_path, torch.float32)
+    engine = rollout.HFEngine(model, tok)
+    train_set = data.load_dataset("builtin", split="train", seed=seed)
+    sampler = train.PromptSampler(len(train_set), seed)
+
+    def prompts(k):
+        idx = sampler.take(k)
+        return [(i, train_set[i], data.build_prompt(tok, train_set[i].prompt, "math"), train_set[i].answer) for i in idx]
+
+    return engine, MathReward(workers=reward_workers), prompts
+
+
+def run(method, steps, warmup, make, target, G, sp, sargs):
+    engine, score, prompts = make()
+    sr = seamless.SeamlessRollout(engine, score, G, min_wave=sargs.min_wave, max_wave=sargs.max_wave,
+                                  score_chunk=sargs.score_chunk) if method == "seamless" else None
+    rows = []
+    for s in range(warmup + steps):
+        t0 = time.perf_counter()
+        if sr is not None:
+            groups = sr.collect(prompts, target, sp)
+            m = dict(sr.last_metrics)
+        else:
+            groups, m = seamless.naive_collect(engine, score, prompts, target, G, sp, max_rounds=50)
+        m["wall"] = time.perf_counter() - t0
+        assert len(groups) == target
+        if s >= warmup:
+            rows.append(m)
+    if sr is not None:
+        sr.close()
+    if hasattr(score, "close"):
+        score.close()
+    mean = lambda k: statistics.fmean(r[k] for r in rows)  # noqa: E731
+    return {"wall_s": mean("wall"), "waste": mean("rollout/sample_waste"), "overshoot": mean("rollout/overshoot_waste"),
+            "rounds": mean("rollout/gen_rounds"), "reward_wait": mean("rollout/reward_wait_frac"),
+            "generated": mean("rollout/generated"), "p_est": rows[-1].get("rollout/pass_rate_est", float("nan"))}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--p-valid", type=float, default=0.4)
+    ap.add_argument("--gen-fixed-ms", type=float, default=20.0)
+    ap.add_argument("--gen-ms-per-seq", type=float, default=0.5)
+    ap.add_argument("--reward-fixed-ms", type=float, default=5.0)
+    ap.add_argument("--reward-ms-per-seq", type=float, default=0.5)
+    ap.add_argument("--min-wave", type=int, default=4)
+    ap.add_argument("--max-wave", type=int, default=16, help="cap on prompts per wave (default: half a batch)")
+    ap.add_argument("--score-chunk", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--real", default="", help="model path: real HFEngine + MathReward on the built-in task")
+    ap.add_argument("--reward-workers", type=int, default=1)
+    ap.add_argument("--max-new-tokens", type=int, default=40)
+    a = ap.parse_args()
+    G, target = a.group_size, a.batch_size // a.group_size
+    sp = SamplingParams(1.0, 1.0, a.max_new_tokens)
+    if a.real:
+        import torch
+
+        torch.set_num_threads(1)
+        make = lambda: real_setup(a.real, a.seed, a.reward_workers)  # noqa: E731
+        desc = f"real HFEngine on {a.real}, MathReward(workers={a.reward_workers}), built-in task"
+    else:
+        make = lambda: (StubEngine(a.p_valid, a.gen_fixed_ms / 1e3, a.gen_ms_per_seq / 1e3, a.seed),  # noqa: E731
+                        StubReward(a.reward_fixed_ms / 1e3, a.reward_ms_per_seq / 1e3), StubPrompts())
+        desc = (f"stub: p_valid {a.p_valid}, generate {a.gen_fixed_ms:g} ms + {a.gen_ms_per_seq:g} ms/seq, "
+                f"reward {a.reward_fixed_ms:g} ms + {a.reward_ms_per_seq:g} ms/seq")
+    print(f"{desc}; {target} groups x {G} per step; {a.steps} steps (+{a.warmup} warm-up); "
+          f"waves in [{a.min_wave}, {a.max_wave}] prompts")
+    res = {m: run(m, a.steps, a.warmup, make, target, G, sp, a) for m in ("naive", "seamless")}
+    print(f"{'method':9s} {'wall/step':>10s} {'waste':>7s} {'overshoot':>9s} {'rounds':>7s} {'gen waits reward':>16s} {'generated':>9s}")
+    for m, r in res.items():
+        print(f"{m:9s} {r['wall_s']:9.3f}s {r['waste']:7.1%} {r['overshoot']:9.1%} {r['rounds']:7.2f} {r['reward_wait']:16.1%} "
+              f"{r['generated']:9.0f}")
+    print(f"seamless speed-up (naive wall / seamless wall): {res['naive']['wall_s'] / res['seamless']['wall_s']:.2f}x; "
+          f"seamless p_valid estimate {res['seamless']['p_est']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,297 @@
+"""MiMo's seamless rollout for dynamic sampling (algorithms.md Sec. 5.4): waves, async reward, FIFO early termination.
+
+Naive dynamic sampling (DAPO Alg. 1, `dapo.DynamicSampler`): generate B prompts x G, wait for all, score all,
+filter out zero-variance groups, repeat until B groups are kept. The engine idles while rewards are computed, and
+the last round overshoots by up to a whole round. Here instead:
+
+  * Waves sized from the running estimate of p_valid, the probability that a group has mixed correctness
+    (kept / scored, with a prior; counts of earlier steps kept with an exponential decay). A wave is launched only when the groups
+    already in flight are predicted to be insufficient (MiMo's continuous rollout):
+        deficit = target - valid_scored - p_valid * groups_in_flight
+        wave    = clip(ceil(deficit / p_valid), min_wave, max_wave)      (launched only if deficit > 0)
+  * Asynchronous reward: each wave's completions are scored on a worker thread (`score`, e.g. reward.MathReward,
+    which itself verifies on processes) while the main thread generates the next wave. With a batch-synchronous
+    engine (HFEngine, one `generate` call per wave) "continuous" means: wave k+1 generates while wave k is scored.
+  * FIFO early termination: groups are taken in launch order; collection stops as soon as the first `target`
+    valid groups in launch order are known, which requires every group launched before the last selected one to
+    be scored. A later-launched group never displaces an earlier one whose score is still pending, so groups that
+    finish early (short responses) are not favoured. Groups in flight at that point are discarded (their scoring
+    jobs are cancelled if not started); a batch-synchronous engine cannot abort a wave, so waves are kept small
+    near the end by the estimate.
+
+Interfaces (so it runs with the project's engines and rewards):
+    engine.generate(prompts, n, params) -> list (per prompt) of n rollout.Completion
+    score(texts, golds) -> (rewards, correct, metrics)            metrics may hold "reward/timeouts"
+    next_prompts(k) -> list of k (idx, example, prompt_text, gold) (the trainer's prompt sampler)
+    shape(completions, rewards) -> rewards                          optional, e.g. DAPO's overlong penalty
+`SeamlessRollout.collect` returns kept groups in launch order, each a tuple
+    (idx, example, prompt_text, completions[G], rewards[G], correct[G])
+the format of train.Round.groups(), so `train.Round.from_groups(groups, G)` builds the batch.
+
+Sample accounting (metrics):
+    rollout/sample_waste     generated responses not in the batch / generated (includes zero-variance groups:
+                             never below 1 - p_valid, whatever the scheduler)
+    rollout/overshoot_waste  responses of groups launched after the last selected group / generated (the part a
+                             scheduler controls; comparable to MiMo Table 2's "sample waste")
+    rollout/reward_wait_frac share of the wall time the main (generating) thread sat waiting for rewards
+    rollout/gen_rounds       waves launched;  rollout/pass_rate_est  p_valid estimate after the step
+
+Caveat: math-verify's timeouts use SIGALRM, main thread only. A `score` with `workers == 0` (MathReward verifying in
+the calling process) would silently score symbolic matches as wrong from a thread, so such a scorer is run inline in
+the main thread (no overlap) unless `async_reward=True` is forced.
+"""
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+def filter_mixed(correct: list[bool]) -> bool:
+    """A group is valid (kept) when its correctness is not all-equal (dapo.filter_groups, one group)."""
+    return len(correct) == 1 or any(c != correct[0] for c in correct)
+
+
+class PassRateEstimator:
+    """p_valid = (valid + prior * weight) / (scored + weight), floored at `floor`.
+
+    Across steps (`new_step`) the counts are kept, multiplied by `decay`: the estimate follows the slowly drifting
+    pass rate with a memory of ~1 / (1 - decay) steps instead of restarting from a handful of groups each step.
+    """
+
+    def __init__(self, prior: float = 0.5, weight: float = 8.0, floor: float = 0.05, decay: float = 0.7):
+        self.prior, self.weight, self.floor, self.decay = prior, weight, floor, decay
+        self.valid, self.scored = 0.0, 0.0
+
+    @property
+    def p(self) -> float:
+        return max(self.floor, min(1.0, (self.valid + self.prior * self.weight) / (self.scored + self.weight)))
+
+    def update(self, valid: int, scored: int):
+        self.valid, self.scored = self.valid + valid, self.scored + scored
+
+    def new_step(self):
+        self.valid, self.scored = self.valid * self.decay, self.scored * self.decay
+
+
+def wave_size(deficit: float, p_valid: float, min_wave: int, max_wave: int) -> int:
+    """Prompts to launch so that the expected valid groups cover `deficit`, clipped to [min_wave, max_wave]."""
+    return int(min(max_wave, max(min_wave, math.ceil(deficit / p_valid - 1e-9))))
+
+
+@dataclass
+class _Group:
+    seq: int
+    idx: Any
+    ex: Any
+    prompt: str
+    gold: Any
+    wave: int
+    comps: list = field(default_factory=list)
+    rewards: list | None = None
+    correct: list | None = None
+
+    @property
+    def scored(self) -> bool:
+        return self.correct is not None
+
+    @property
+    def valid(self) -> bool:
+        return self.scored and filter_mixed(self.correct)
+
+    def as_tuple(self):
+        return (self.idx, self.ex, self.prompt, self.comps, self.rewards, self.correct)
+
+
+class SeamlessRollout:
+    """Collects `target` valid groups per step with waves, asynchronous scoring and FIFO early termination.
+
+        sr = SeamlessRollout(engine, reward_fn, group_size=8, min_wave=4, max_wave=128)
+        groups = sr.collect(next_prompts, target=32, params=SamplingParams(...))    # each step
+        batch = train.Round.from_groups(groups, 8); sr.last_metrics                 # -> metrics.jsonl
+
+    max_groups: cap on groups launched per step (None = 10 x target, DAPO's max_num_gen_batches = 10 budget);
+    raises RuntimeError when it is reached with the batch still short. score_chunk: groups per scoring job (the
+    granularity at which FIFO termination can fire inside a wave). reward_threads: scoring jobs in flight at once
+    (1 = jobs finish in launch order; more needs a thread-safe `score`: MathReward creates its pool lazily, so call
+    it once before, or keep 1 -- it already verifies on `workers` processes).
+    """
+
+    def __init__(self, engine, score: Callable, group_size: int, *, min_wave: int = 4, max_wave: int = 256,
+                 prior: float = 0.5, prior_weight: float = 8.0, decay: float = 0.7, max_groups: int | None = None,
+                 shape: Callable | None = None, score_chunk: int = 8, async_reward: bool | None = None,
+                 reward_threads: int = 1, clock: Callable[[], float] = time.perf_counter):
+        if group_size < 1 or min_wave < 1 or max_wave < min_wave:
+            raise ValueError(f"need group_size >= 1 and 1 <= min_wave <= max_wave, got {group_size}, {min_wave}, {max_wave}")
+        self.engine, self.score, self.G = engine, score, group_size
+        self.min_wave, self.max_wave, self.max_groups, self.shape = min_wave, max_wave, max_groups, shape
+        self.score_chunk = max(1, score_chunk)
+        self.est = PassRateEstimator(prior, prior_weight, decay=decay)
+        if async_reward is None:  # see the module docstring: math-verify in a thread cannot time out, it fails
+            async_reward = getattr(score, "workers", 1) != 0
+        self.async_reward = async_reward
+        self.clock = clock
+        self._pool = ThreadPoolExecutor(reward_threads, thread_name_prefix="seamless-reward") if async_reward else None
+        self.last_metrics: dict = {}
+        self.last_trace: list = []  # (event, wave, n_groups, t) for tests and plots
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    # -- scoring job (runs on the reward thread) --------------------------------------------------------------------
+    def _score_groups(self, groups: list[_Group]):
+        comps = [c for g in groups for c in g.comps]
+        rewards, correct, m = self.score([c.text for c in comps], [g.gold for g in groups for _ in range(self.G)])
+        rewards = list(rewards)
+        if self.shape is not None:
+            rewards = list(self.shape(comps, rewards))
+        return rewards, list(correct), m
+
+    def _submit(self, groups: list[_Group]) -> Future:
+        if self._pool is not None:
+            return self._pool.submit(self._score_groups, groups)
+        f = Future()  # inline scoring: done before generation continues
+        try:
+            f.set_result(self._score_groups(groups))
+        except BaseException as e:  # noqa: BLE001 (re-raised by result())
+            f.set_exception(e)
+        return f
+
+    # -- one step -------------------------------------------------------------------------------------------------------
+    def collect(self, next_prompts: Callable[[int], list], target: int, params) -> list[tuple]:
+        """The first `target` valid groups in launch order (Round.groups() tuples); metrics in `last_metrics`."""
+        G, clock = self.G, self.clock
+        max_groups = self.max_groups if self.max_groups is not None else 10 * target
+        self.est.new_step()
+        launched: list[_Group] = []
+        jobs: dict[Future, list[_Group]] = {}
+        t0 = clock()
+        t_gen = t_wait = t_score_inline = 0.0
+        waves, timeouts, trace = 0, 0, []
+        self.last_trace = trace
+
+        def harvest(done):
+            nonlocal timeouts
+            for f in done:
+                groups = jobs.pop(f)
+                rewards, correct, m = f.result()
+                timeouts += int(m.get("reward/timeouts", 0)) if isinstance(m, dict) else 0
+                for i, g in enumerate(groups):
+                    g.rewards, g.correct = rewards[i * G:(i + 1) * G], correct[i * G:(i + 1) * G]
+                self.est.update(sum(g.valid for g in groups), len(groups))
+                trace.append(("scored", groups[0].wave, len(groups), clock() - t0))
+
+        def fifo_select():
+            """The first `target` valid groups if every group launched before the last of them is scored."""
+            out = []
+            for g in launched:
+                if not g.scored:
+                    return None
+                if g.valid:
+                    out.append(g)
+                    if len(out) == target:
+                        return out
+            return None
+
+        selected = None
+        while True:
+            harvest([f for f in list(jobs) if f.done()])
+            selected = fifo_select()
+            if selected is not None:
+                break
+            in_flight = sum(not g.scored for g in launched)
+            valid = sum(g.valid for g in launched)
+            p = self.est.p
+            deficit = target - valid - p * in_flight
+            room = max_groups - len(launched)
+            if deficit > 1e-9 and room > 0:  # the groups in flight are predicted to be insufficient: launch a wave
+                k = min(room, wave_size(deficit, p, self.min_wave, self.max_wave))
+                items = next_prompts(k)
+                new = [_Group(len(launched) + i, it[0], it[1], it[2], it[3], waves) for i, it in enumerate(items)]
+                trace.append(("launch", waves, len(new), clock() - t0, p))
+                ts = clock()
+                outs = self.engine.generate([g.prompt for g in new], G, params)
+                t_gen += clock() - ts
+                for g, cs in zip(new, outs):
+                    g.comps = list(cs)
+                launched.extend(new)
+                trace.append(("generated", waves, len(new), clock() - t0))
+                waves += 1
+                ts = clock()
+                for c in range(0, len(new), self.score_chunk):
+                    chunk = new[c:c + self.score_chunk]
+                    jobs[self._submit(chunk)] = chunk
+                if self._pool is None:
+                    t_score_inline += clock() - ts
+                continue
+            if not jobs:  # nothing in flight and no room left
+                valid = sum(g.valid for g in launched)
+                raise RuntimeError(
+                    f"seamless rollout: only {valid}/{target} groups with mixed correctness after {len(launched)} groups "
+                    f"in {waves} waves (cap {max_groups}); the data is too easy or too hard for this model")
+            ts = clock()
+            done, _ = wait(list(jobs), return_when=FIRST_COMPLETED)  # generation idles: predicted sufficient
+            t_wait += clock() - ts
+            harvest(done)
+        for f in list(jobs):  # groups still in flight are discarded: drop their scoring if it has not started
+            f.cancel()
+        wall = clock() - t0
+        n_gen = len(launched) * G
+        last = selected[-1].seq
+        self.last_metrics = {
+            "rollout/gen_rounds": waves,
+            "rollout/groups_kept_frac": target / max(1, len(launched)),
+            "rollout/groups_discarded_surplus": sum(g.valid for g in launched[last + 1:]),
+            "rollout/generated": n_gen,
+            "rollout/sample_waste": 1.0 - target * G / n_gen,
+            "rollout/overshoot_waste": (len(launched) - last - 1) / len(launched),
+            "rollout/unscored_groups": sum(not g.scored for g in launched),
+            "rollout/pass_rate_est": self.est.p,
+            "rollout/reward_wait_frac": (t_wait + t_score_inline) / wall if wall > 0 else 0.0,
+            "rollout/gen_time_s": t_gen,
+            "rollout/wall_s": wall,
+            "reward/timeouts": timeouts,
+        }
+        return [g.as_tuple() for g in selected]
+
+
+def naive_collect(engine, score, next_prompts, target: int, group_size: int, params, *, round_size: int | None = None,
+                  max_rounds: int = 10, shape: Callable | None = None, clock: Callable[[], float] = time.perf_counter):
+    """Baseline: DAPO-style full-batch rounds (generate round_size prompts, score all, filter, repeat), the trainer's
+    `--dynamic-sampling` path. Returns (groups, metrics) with the same metric names as SeamlessRollout."""
+    G, round_size = group_size, round_size or target
+    kept, launched, rounds, t_gen, t_score, timeouts = [], 0, 0, 0.0, 0.0, 0
+    t0 = clock()
+    last = None
+    while len(kept) < target:
+        if rounds >= max_rounds:
+            raise RuntimeError(f"naive dynamic sampling: {len(kept)}/{target} groups after {rounds} rounds")
+        items = next_prompts(round_size)
+        ts = clock()
+        outs = engine.generate([it[2] for it in items], G, params)
+        t_gen += clock() - ts
+        ts = clock()
+        comps = [c for cs in outs for c in cs]
+        rewards, correct, m = score([c.text for c in comps], [it[3] for it in items for _ in range(G)])
+        rewards = list(shape(comps, list(rewards)) if shape else rewards)
+        t_score += clock() - ts
+        timeouts += int(m.get("reward/timeouts", 0)) if isinstance(m, dict) else 0
+        for i, it in enumerate(items):
+            c = list(correct[i * G:(i + 1) * G])
+            if filter_mixed(c) and len(kept) < target:
+                kept.append((it[0], it[1], it[2], list(outs[i]), rewards[i * G:(i + 1) * G], c))
+                last = launched + i
+        launched += len(items)
+        rounds += 1
+    wall = clock() - t0
+    n_gen = launched * G
+    return kept, {
+        "rollout/gen_rounds": rounds, "rollout/groups_kept_frac": target / launched, "rollout/generated": n_gen,
+        "rollout/sample_waste": 1.0 - target * G / n_gen, "rollout/overshoot_waste": (launched - last - 1) / launched,
+        "rollout/reward_wait_frac": t_score / wall if wall > 0 else 0.0, "rollout/gen_time_s": t_gen,
+        "rollout/wall_s": wall, "reward/timeouts": timeouts,
+    }

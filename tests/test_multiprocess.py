@@ -1,0 +1,74 @@
+"""train.py on 2 processes (Accelerate, gloo on CPU): an end-to-end run, and one update's loss and gradient equal
+to the 1-process update on the same batch.  Run: python -m pytest tests/test_multiprocess.py -q  (~1 min)
+
+On CPU, `accelerate launch --cpu --num_processes 2` starts ONE process (`--cpu` selects accelerate's simple
+launcher); the multi-process launcher is `--multi_gpu`, and train.py's `Accelerator(cpu=True)` (no CUDA) then
+sets up a MULTI_CPU group on gloo. That is the command used here (and in docs/multi_gpu.md).
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMEOUT = 600
+
+pytestmark = pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
+                                reason="torch.distributed with gloo is needed")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(n: int, script: str, *args, cwd=ROOT) -> subprocess.CompletedProcess:
+    """`accelerate launch` with n CPU processes (or plain python for n == 1), 1 thread each, under a timeout."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    if n == 1:
+        cmd = [sys.executable, script, *args]
+    else:
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(n),
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+               "--main_process_port", str(_free_port()), script, *args]
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, f"exit {r.returncode}\n--- stdout\n{r.stdout[-3000:]}\n--- stderr\n{r.stderr[-6000:]}"
+    return r
+
+
+def test_two_process_run(tiny_model_path, tmp_path):
+    out = tmp_path / "run"
+    r = launch(2, "train.py", "--model", tiny_model_path, "--output-dir", str(out), "--batch-size", "16",
+               "--group-size", "4", "--mini-batch-size", "16", "--micro-batch-size", "4", "--max-steps", "2",
+               "--eval-problems", "8", "--reward-workers", "0", "--max-new-tokens", "40", "--eval-every", "0")
+    rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    assert [row["step"] for row in rows] == [1, 2]  # written by the main process only: no duplicated rows
+    assert all(row["rollout/generated"] == 16 for row in rows)  # statistics gathered over both processes
+    assert sorted(os.listdir(out)) == ["checkpoint-2", "config.json", "curves.png", "metrics.jsonl", "samples.jsonl",
+                                       "summary.json"]  # one checkpoint, no leftover .tmp directory
+    assert (out / "checkpoint-2" / "trainer_state.pt").exists() and (out / "checkpoint-2" / "model.safetensors").exists()
+    assert r.stdout.count("held-out greedy accuracy:") == 1  # the summary is printed once
+    samples = [json.loads(line) for line in open(out / "samples.jsonl")]
+    assert sorted({s["step"] for s in samples}) == [0, 2]  # evaluated before and after, on the main process only
+    assert len(samples) == 2 * len([s for s in samples if s["step"] == 0])
+
+
+def test_two_process_update_equals_one_process(tiny_model_path, tmp_path):
+    """tests/mp_step.py: update_policy's loss and DDP-averaged gradient, whole batch on 1 process vs half on each of
+    2 (token-mean, seq-mean-token-mean, seq-mean-token-sum; micro-batching; overlong filter; uneven shards)."""
+    launch(1, "tests/mp_step.py", tiny_model_path, str(tmp_path / "one.pt"))
+    launch(2, "tests/mp_step.py", tiny_model_path, str(tmp_path / "two.pt"))
+    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    assert (one["world"], two["world"]) == (1, 2)
+    assert one["cases"].keys() == two["cases"].keys() and len(one["cases"]) >= 7
+    for name, a in one["cases"].items():
+        b = two["cases"][name]
+        assert a["updates"] == b["updates"] == 1, name
+        assert a["grad"].abs().max() > 1e-3, name  # a real gradient, not zeros
+        assert abs(a["loss"] - b["loss"]) <= 1e-6 * max(1.0, abs(a["loss"])), (name, a["loss"], b["loss"])
+        torch.testing.assert_close(b["grad"], a["grad"], rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")

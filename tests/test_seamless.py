@@ -1,0 +1,200 @@
+"""seamless.py: MiMo's seamless rollout (waves, async reward, FIFO early termination) on stub engines and scorers.
+Run: python -m pytest tests/test_seamless.py -q   (a few seconds; no model)"""
+import random
+import threading
+import time
+
+import pytest
+
+import seamless
+from rollout import Completion, SamplingParams
+
+G = 4
+SP = SamplingParams(1.0, 1.0, 16)
+
+
+class ScriptEngine:
+    """Prompt "q<i>": completion j is correct iff outcomes[i][j]; optional generation delay per sequence."""
+
+    def __init__(self, outcomes, per_seq_s=0.0):
+        self.outcomes, self.per_seq_s, self.calls = outcomes, per_seq_s, []
+
+    def generate(self, prompts, n, params):
+        self.calls.append(len(prompts))
+        time.sleep(self.per_seq_s * len(prompts) * n)
+        out = []
+        for p in prompts:
+            i = int(p[1:])
+            out.append([Completion([5] * (1 + (i + j) % 7), f"{'1' if self.outcomes(i, j) else '0'}|{i}", 1 + (i + j) % 7, False)
+                        for j in range(n)])
+        return out
+
+
+class StubScore:
+    """Correct iff the text's first field == gold ("1"); delay(texts) seconds per call; records the calling threads."""
+
+    def __init__(self, delay=lambda n: 0.0, workers=2):
+        self.delay, self.workers, self.threads, self.calls = delay, workers, set(), 0
+
+    def __call__(self, texts, golds):
+        self.threads.add(threading.current_thread().name)
+        self.calls += 1
+        time.sleep(self.delay(texts))
+        correct = [t.split("|")[0] == g for t, g in zip(texts, golds)]
+        return [float(c) for c in correct], correct, {"reward/timeouts": 0}
+
+
+class Prompts:
+    def __init__(self):
+        self.pos = 0
+
+    def __call__(self, k):
+        out = [(i, {"id": i}, f"q{i}", "1") for i in range(self.pos, self.pos + k)]
+        self.pos += k
+        return out
+
+
+def pattern(kinds):
+    """kinds[i % len]: 'v' valid (first completion right, others wrong), 'r' all right, 'w' all wrong."""
+    return lambda i, j: {"v": j == 0, "r": True, "w": False}[kinds[i % len(kinds)]]
+
+
+def random_outcomes(seed, p_valid=0.4):
+    rng = random.Random(seed)
+    kinds = {}
+
+    def f(i, j):
+        if i not in kinds:
+            kinds[i] = "v" if rng.random() < p_valid else rng.choice("rw")
+        return pattern(kinds[i])(0, j)
+    return f
+
+
+def test_exact_target_no_zero_variance_and_launch_order():
+    eng, score = ScriptEngine(random_outcomes(0)), StubScore(lambda t: 0.001)
+    sr = seamless.SeamlessRollout(eng, score, G, min_wave=2, max_wave=40, score_chunk=3)
+    src = Prompts()
+    for step in range(5):
+        groups = sr.collect(src, 16, SP)
+        assert len(groups) == 16
+        for idx, ex, prompt, comps, rewards, correct in groups:
+            assert len(comps) == len(rewards) == len(correct) == G
+            assert 0 < sum(correct) < G  # never a zero-variance group
+            assert prompt == f"q{idx}" and ex == {"id": idx} and rewards == [float(c) for c in correct]
+        ids = [g[0] for g in groups]
+        assert ids == sorted(ids)  # launch order
+        m = sr.last_metrics
+        assert m["rollout/generated"] == sum(eng.calls[-m["rollout/gen_rounds"]:]) * G
+    sr.close()
+    assert score.threads and all(t.startswith("seamless-reward") for t in score.threads)  # scored off the main thread
+
+
+def test_matches_round_from_groups():
+    import train
+
+    sr = seamless.SeamlessRollout(ScriptEngine(pattern("vw")), StubScore(), G, min_wave=4, max_wave=8)
+    groups = sr.collect(Prompts(), 3, SP)
+    batch = train.Round.from_groups(groups, G)
+    assert batch.idx == [0, 2, 4] and len(batch.comps) == len(batch.rewards) == len(batch.correct) == 3 * G
+    assert [g[:3] for g in batch.groups()] == [g[:3] for g in groups]
+    sr.close()
+
+
+def test_fifo_waits_for_earlier_groups():
+    """Group 0 scores slowly, groups 1-5 fast (4 scoring threads, one group per job): with target 2 the answer is
+    groups 0 and 1, after waiting for group 0 -- never groups 1 and 2 because they finished first."""
+    slow = 0.4
+    score = StubScore(lambda texts: slow if texts[0].endswith("|0") else 0.0)
+    sr = seamless.SeamlessRollout(ScriptEngine(pattern("v")), score, G, min_wave=6, max_wave=6, score_chunk=1,
+                                  reward_threads=4, prior=1.0, prior_weight=1e6)
+    t0 = time.perf_counter()
+    groups = sr.collect(Prompts(), 2, SP)
+    assert [g[0] for g in groups] == [0, 1]
+    assert time.perf_counter() - t0 >= slow * 0.9
+    m = sr.last_metrics
+    assert m["rollout/gen_rounds"] == 1 and m["rollout/overshoot_waste"] == pytest.approx(4 / 6)
+    assert m["rollout/groups_discarded_surplus"] == 4  # groups 2-5 were valid and scored, but launched later
+    sr.close()
+
+
+def test_waste_accounting_scripted():
+    # valid, invalid alternating; waves of exactly 4; target 3 -> wave 0 (q0-q3: 2 valid), wave 1 (q4-q7): the
+    # third valid group is q4, so q5-q7 are overshoot.
+    sr = seamless.SeamlessRollout(ScriptEngine(pattern("vr")), StubScore(), G, min_wave=4, max_wave=4)
+    groups = sr.collect(Prompts(), 3, SP)
+    m = sr.last_metrics
+    assert [g[0] for g in groups] == [0, 2, 4]
+    assert m["rollout/gen_rounds"] == 2 and m["rollout/generated"] == 8 * G
+    assert m["rollout/sample_waste"] == pytest.approx(1 - 3 / 8)
+    assert m["rollout/overshoot_waste"] == pytest.approx(3 / 8)
+    assert m["rollout/groups_kept_frac"] == pytest.approx(3 / 8)
+    # naive DAPO rounds of 3 prompts on the same script: rounds q0-2 (2 valid), q3-5 (q4 valid; q5 overshoot)
+    kept, nm = seamless.naive_collect(ScriptEngine(pattern("vr")), StubScore(), Prompts(), 3, G, SP)
+    assert [g[0] for g in kept] == [0, 2, 4] and nm["rollout/gen_rounds"] == 2
+    assert nm["rollout/sample_waste"] == pytest.approx(1 - 3 / 6) and nm["rollout/overshoot_waste"] == pytest.approx(1 / 6)
+    sr.close()
+
+
+def test_wave_sizing_follows_estimate():
+    assert seamless.wave_size(10, 0.25, 1, 1000) == 40
+    assert seamless.wave_size(10, 0.25, 1, 30) == 30 and seamless.wave_size(0.1, 0.5, 4, 30) == 4
+    est = seamless.PassRateEstimator(prior=0.5, weight=8)
+    est.update(2, 8)
+    assert est.p == pytest.approx((2 + 4) / 16)
+    # frozen prior 0.25: the first wave is target / 0.25 prompts
+    eng = ScriptEngine(pattern("vwww"))  # true p_valid = 0.25
+    sr = seamless.SeamlessRollout(eng, StubScore(), G, min_wave=1, max_wave=1000, prior=0.25, prior_weight=1e6)
+    sr.collect(Prompts(), 10, SP)
+    assert eng.calls[0] == 40
+    sr.close()
+    # learned estimate: the prior says 0.5 but the data says 0.25; the next step's first wave uses what was learned
+    eng = ScriptEngine(pattern("vwww"))
+    sr = seamless.SeamlessRollout(eng, StubScore(), G, min_wave=1, max_wave=1000, prior=0.5, prior_weight=4)
+    src = Prompts()
+    sr.collect(src, 10, SP)
+    assert eng.calls[0] == 20  # 10 / 0.5
+    p = sr.last_metrics["rollout/pass_rate_est"]
+    assert 0.25 <= p < 0.35
+    import copy
+
+    nxt = copy.deepcopy(sr.est)
+    nxt.new_step()  # counts carried over with decay: the next step starts from (almost) the same estimate
+    assert abs(nxt.p - p) < 0.05
+    n = len(eng.calls)
+    sr.collect(src, 10, SP)
+    assert eng.calls[n] == seamless.wave_size(10, nxt.p, 1, 1000)
+    for launch in [e for e in sr.last_trace if e[0] == "launch"]:
+        assert launch[4] > 0  # the estimate used for each wave is recorded
+    sr.close()
+
+
+def test_overlap_generation_with_scoring():
+    """Generation 2 ms per sequence, scoring 30 ms per job: waves generate while earlier ones are scored."""
+    eng = ScriptEngine(random_outcomes(1), per_seq_s=0.002)
+    score = StubScore(lambda t: 0.03)
+    sr = seamless.SeamlessRollout(eng, score, G, min_wave=4, max_wave=12, score_chunk=4, prior=0.4, prior_weight=1e6)
+    sr.collect(Prompts(), 8, SP)
+    m = sr.last_metrics
+    serial = m["rollout/gen_time_s"] + 0.03 * score.calls
+    assert m["rollout/gen_rounds"] >= 2 and m["rollout/wall_s"] < 0.95 * serial
+    sr.close()
+
+
+def test_inline_scoring_for_in_process_math_verify():
+    score = StubScore(workers=0)  # like MathReward(workers=0): math-verify's SIGALRM needs the main thread
+    sr = seamless.SeamlessRollout(ScriptEngine(pattern("vw")), score, G, min_wave=2, max_wave=4)
+    assert not sr.async_reward
+    assert len(sr.collect(Prompts(), 3, SP)) == 3
+    assert score.threads == {threading.main_thread().name}
+
+
+def test_shape_hook_and_cap():
+    sr = seamless.SeamlessRollout(ScriptEngine(pattern("v")), StubScore(), G, min_wave=2, max_wave=2,
+                                  shape=lambda comps, r: [x - 0.5 for x in r])
+    groups = sr.collect(Prompts(), 2, SP)
+    assert groups[0][4] == [0.5, -0.5, -0.5, -0.5]
+    sr.close()
+    sr = seamless.SeamlessRollout(ScriptEngine(pattern("rw")), StubScore(), G, min_wave=2, max_wave=4, max_groups=12)
+    with pytest.raises(RuntimeError, match="mixed correctness"):
+        sr.collect(Prompts(), 2, SP)
+    sr.close()
