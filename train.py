@@ -112,6 +112,8 @@ class Config:
     recipe: str = opt("grpo", "preset of a paper's settings: " + ", ".join(RECIPES) + " (see RECIPES in train.py and the README)")
     dynamic_sampling: bool = opt(False, "DAPO: keep only groups with mixed correctness, regenerating until the batch is full")
     max_gen_rounds: int = opt(10, "DAPO: cap on generation rounds per step under dynamic sampling (<= 0: no cap)")
+    seamless: bool = opt(False, "MiMo: seamless rollout for --dynamic-sampling (seamless.py): waves sized by the pass-rate estimate, scoring overlapped with generation, FIFO early termination; one process only")
+    seamless_max_wave: int = opt(0, "MiMo seamless rollout: cap on prompts per wave (0 = half the step's prompts)")
     overlong_buffer: int = opt(0, "DAPO: L_cache of the soft overlong punishment (Eq. 13; L_max = --max-new-tokens); 0 = off")
     overlong_filter: bool = opt(False, "DAPO: mask the loss of truncated responses (overlong filtering)")
     token_budget: int = opt(0, "C3PO: Phi, training tokens per optimizer update (constant 1/Phi normaliser); 0 = off")
@@ -147,6 +149,8 @@ class Config:
             bad("curriculum", f"{self.curriculum!r} is not 'skywork', 'compass' or ''")
         if self.curriculum and self.easy_pool_alpha:
             bad("curriculum", "cannot be combined with --easy-pool-alpha (both choose the prompts)")
+        if self.seamless and not self.dynamic_sampling:
+            bad("seamless", "is a scheduler for dynamic sampling: add --dynamic-sampling (or a recipe that has it)")
         if self.reward not in ("math", "code", "code-strict", "code-soft"):
             bad("reward", f"{self.reward!r} is not one of math, code, code-strict, code-soft")
 
@@ -338,7 +342,8 @@ def main(argv=None):
     torch.manual_seed(cfg.seed + accelerator.process_index)  # per-process sampling streams
     dtype = {"auto": torch.bfloat16 if torch.cuda.is_available() else torch.float32, "float32": torch.float32,
              "bfloat16": torch.bfloat16}[cfg.dtype]
-    model_path = cfg.model or tiny.get_tiny_model(verbose=accelerator.is_main_process)
+    with accelerator.main_process_first():  # N processes: the tiny model is built once, by the main process
+        model_path = cfg.model or tiny.get_tiny_model(verbose=accelerator.is_main_process)
     model, tok = load_model(resume_from or model_path, dtype)
     ref_model = load_model(model_path, dtype)[0].eval().requires_grad_(False) if cfg.kl_coef > 0 else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -357,6 +362,14 @@ def main(argv=None):
 
         reward_fn = CodeReward({"code": "all_or_nothing", "code-strict": "strict", "code-soft": "soft"}[cfg.reward])
     kind = "code" if schema == "code" else "math"
+    seamless_ro = None
+    if cfg.seamless:
+        if accelerator.num_processes > 1:  # per-process wave sizes would desynchronise the prompt samplers
+            raise SystemExit("error: --seamless: supported on one process only (drop --seamless under accelerate launch)")
+        import seamless
+
+        seamless_ro = seamless.SeamlessRollout(engine, reward_fn, cfg.group_size, min_wave=4,
+                                               max_wave=max(4, cfg.seamless_max_wave or cfg.batch_size // cfg.group_size // 2))
     G = cfg.group_size
     # Prompt sources: the plain epoch walk, MiMo's easy pool, or a staged curriculum (all resumable).
     stages = None
@@ -429,7 +442,16 @@ def main(argv=None):
         sp = SamplingParams(cfg.temperature, cfg.top_p, stage.max_new_tokens if stage else cfg.max_new_tokens)
         # 1.-3. sample prompts, generate G completions each, score them; with dynamic sampling (DAPO Alg. 1), repeat
         # until n_prompts groups of mixed correctness are kept (first ones in generation order; surplus discarded)
-        if cfg.dynamic_sampling:
+        if cfg.dynamic_sampling and seamless_ro is not None:  # MiMo Sec. 3.4.1 (seamless.py): same groups format
+            seamless_ro.G, seamless_ro.max_groups = G, n_prompts * cfg.max_gen_rounds if cfg.max_gen_rounds > 0 else 10**9
+            seamless_ro.shape = (lambda comps, r: (torch.tensor(r) + dapo.overlong_penalty(  # noqa: E731
+                [c.length for c in comps], sp.max_new_tokens, cfg.overlong_buffer)).tolist()) if cfg.overlong_buffer else None
+            nxt = lambda k: [(i, train_set[i], data.build_prompt(tok, train_set[i].prompt, kind), train_set[i].answer)  # noqa: E731
+                             for i in take_prompts(step, k)]
+            batch = Round.from_groups(seamless_ro.collect(nxt, n_prompts, sp), G)
+            extra.update(seamless_ro.last_metrics)
+            timeouts, n_gen = extra.pop("reward/timeouts"), extra.pop("rollout/generated")
+        elif cfg.dynamic_sampling:
             ds = dapo.DynamicSampler(n_prompts // world, G, cfg.max_gen_rounds)
             n_gen, timeouts = 0, 0
             while True:
@@ -508,6 +530,8 @@ def main(argv=None):
                              "wall_time_s": wall_before + time.time() - t_start, "config": dataclasses.asdict(cfg)})
     bar.close()
     run_eval(cfg.max_steps)
+    if seamless_ro is not None:
+        seamless_ro.close()
     if hasattr(reward_fn, "close"):
         reward_fn.close()
     if accelerator.is_main_process:
