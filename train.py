@@ -73,7 +73,7 @@ class Config:
     eval_data: str = opt("builtin", "'builtin' (held-out split of the built-in task) or a file / hub dataset name")
     eval_split: str = opt("test", "split to use when --eval-data is a hub dataset")
     output_dir: str = opt("runs/default", "run directory (metrics, curves, samples, checkpoints, summary)")
-    max_steps: int = opt(60, "number of RL steps (one step = one rollout batch)")
+    max_steps: int = opt(40, "number of RL steps (one step = one rollout batch)")
     seed: int = opt(0, "seed for data order, sampling and initialisation: same seed, same run")
     save_every: int = opt(0, "checkpoint every N steps (0 = only at the end)")
     resume: str = opt("", "checkpoint directory to resume from, or 'auto' for the latest one in --output-dir")
@@ -434,7 +434,7 @@ def main(argv=None):
     bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, disable=not accelerator.is_main_process, dynamic_ncols=True)
     for step in bar:
         t0, extra = time.time(), {}
-        stage = stages[[s.until_step > step for s in stages].index(True)] if stages and step < stages[-1].until_step else (stages[-1] if stages else None)
+        stage = sampler.stage_at(step) if stages else None  # curriculum: this stage's G, batch and length
         G = stage.group_size if stage else cfg.group_size
         n_prompts = stage.batch_size if stage else cfg.batch_size // cfg.group_size
         if n_prompts % world:
