@@ -108,3 +108,12 @@ def test_missing_model_stops_before_writing(tmp_path):
     with pytest.raises(SystemExit) as e:
         train.main(["--output-dir", str(out), "--model", str(tmp_path / "no_such_model"), "--eval-problems", "5"])
     assert "no_such_model" in str(e.value) and not out.exists()
+
+
+def test_code_reward_path_runs(tiny_model_path, tmp_path):
+    """--reward code-*: code problems, sandboxed tests as reward. The tiny model writes no Python: reward 0, but it runs."""
+    code = os.path.join(os.path.dirname(__file__), "..", "fixtures", "code", "problems.jsonl")
+    hist = run(tiny_model_path, tmp_path / "code", "--reward", "code-strict", "--train-data", code, "--eval-data", code,
+               "--max-steps", "2", "--eval-problems", "4")
+    assert len(hist) == 2 and all(r["reward/mean"] == 0.0 for r in hist)
+    assert json.load(open(tmp_path / "code" / "summary.json"))["eval_problems"] == 4
