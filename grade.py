@@ -123,7 +123,7 @@ def spearman(x: list[float], y: list[float]) -> float:
 def filter_table(num_correct: list[int], num_samples: list[int]) -> str:
     """The papers' table: all-wrong / all-right / mixed, then kept / dropped for each rule."""
     n = len(num_correct)
-    pct = lambda k: f"{k:6d} ({100 * k / n:5.1f}%)" if n else f"{k:6d}"  # noqa: E731
+    pct = lambda k: f"{k:6d} ({100 * k / n:5.1f}%)" if n else f"{k:6d}"
     wrong = sum(c == 0 for c in num_correct)
     right = sum(c == s for c, s in zip(num_correct, num_samples))
     ns = sorted(set(num_samples))
@@ -202,7 +202,10 @@ def _read_progress(path: str, examples, header: dict) -> dict[int, Graded] | Non
             raise GradeError(f"{path}:{ln}: problem #{i} does not match the input (hash {rec.get('hash')} != "
                              f"{problem_hash(examples[i])}); the input changed since the interrupted run: restore it, "
                              f"or delete {path} to grade from scratch")
-        done[i] = Graded(int(rec["num_correct"]), int(rec["num_samples"]))
+        try:
+            done[i] = Graded(int(rec["num_correct"]), int(rec["num_samples"]))
+        except (KeyError, TypeError, ValueError):
+            raise GradeError(f"{path}:{ln}: corrupt progress line; delete {path} to grade from scratch") from None
     return done
 
 
@@ -234,10 +237,10 @@ def grade(examples: list[data.Example], engine, tokenizer, reward_fn, samples: i
                 content = f.read()
                 if not content.endswith(b"\n"):
                     f.truncate(content.rfind(b"\n") + 1)
-            out_f = open(progress_path, "a", encoding="utf-8")
+            out_f = open(progress_path, "a", encoding="utf-8")  # noqa: SIM115 (open for the whole run)
         else:
             done = {}
-            out_f = open(progress_path, "w", encoding="utf-8")
+            out_f = open(progress_path, "w", encoding="utf-8")  # noqa: SIM115
             out_f.write(json.dumps(header) + "\n")
             out_f.flush()
     from tqdm import tqdm
@@ -264,7 +267,7 @@ def grade(examples: list[data.Example], engine, tokenizer, reward_fn, samples: i
             _, correct, _ = reward_fn(texts, [ex.answer for ex in exs for _ in range(samples)])
             lines = []
             for k, (i, ex) in enumerate(zip(idx, exs)):
-                g = Graded(int(sum(bool(x) for x in correct[k * samples : (k + 1) * samples])), samples)
+                g = Graded(sum(bool(x) for x in correct[k * samples : (k + 1) * samples]), samples)
                 if i not in done:
                     lines.append(json.dumps({"index": i, "hash": problem_hash(ex), "num_correct": g.num_correct,
                                              "num_samples": g.num_samples, "pass_rate": g.pass_rate}) + "\n")
@@ -348,7 +351,7 @@ def graded_stats(rows: list[dict], locs: list[str]) -> tuple[list[int], list[int
         if pr is None or not isinstance(ns_, int) or isinstance(ns_, bool) or ns_ < 1:
             raise GradeError(f"{loc}: not graded (needs 'pass_rate' and an integer 'num_samples' >= 1); "
                              f"grade it first: python grade.py grade --data ... --out ...")
-        cs.append(int(round(pr * ns_)))
+        cs.append(round(pr * ns_))
         ns.append(ns_)
     return cs, ns
 
@@ -371,7 +374,7 @@ def build_parser():
     g.add_argument("--samples", type=int, default=16, help="completions per problem (Skywork / MiMo: 16) (default: 16)")
     g.add_argument("--n", type=int, default=0, help="grade the first N problems (0 = all; builtin: 20000)")
     g.add_argument("--split", default="train", help="split of a hub dataset / of the built-in task (default: train)")
-    g.add_argument("--schema", default=None, help="force an input schema (gsm8k, math, aime, dapo, plain); default: detected per row")
+    g.add_argument("--schema", default=None, choices=["gsm8k", "math", "aime", "dapo", "plain"], help="force an input schema (gsm8k, math, aime, dapo, plain); default: detected per row")
     g.add_argument("--filter", default=None, choices=list(RULES), help="write only the problems this rule keeps")
     g.add_argument("--relevel", action="store_true", help="with --filter: recompute levels among the kept problems")
     g.add_argument("--seed", type=int, default=0, help="sampling seed (and the built-in task's seed) (default: 0)")
@@ -497,6 +500,11 @@ def main(argv=None, *, engine=None, tokenizer=None) -> list[dict]:
         return cmd_filter(a) if a.cmd == "filter" else cmd_grade(a, engine, tokenizer)
     except (DataError, GradeError) as e:
         raise SystemExit(f"error: {e}") from None
+    except KeyboardInterrupt:
+        if a.cmd == "filter":
+            raise
+        raise SystemExit(f"interrupted: the graded batches are kept in {a.out}.partial.jsonl; "
+                         f"rerun the same command to resume") from None
 
 
 if __name__ == "__main__":

@@ -24,6 +24,21 @@ def fx(name):
     return os.path.join(FIX, name)
 
 
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def read_text(path):
+    with open(path) as f:
+        return f.read()
+
+
+def write_text(path, text, mode="w"):
+    with open(path, mode) as f:
+        f.write(text)
+
+
 class StubEngine(Engine):
     """A policy that answers problem i right with probability p_i (torch's RNG, which grade.py seeds per batch).
 
@@ -52,7 +67,7 @@ class StubEngine(Engine):
 
 def fixture_problems():
     exs = data.load_file(fx("problems.jsonl"))
-    rows = [json.loads(line) for line in open(fx("problems.jsonl"))]
+    rows = read_jsonl(fx("problems.jsonl"))
     return exs, [r["true_p"] for r in rows]
 
 
@@ -120,7 +135,7 @@ COUNTS = [0, 0, 1, 4, 8, 14, 15, 16, 16, 16]  # fixtures/grade/graded.jsonl, of 
 
 def test_filter_rules_keep_exactly():
     ns = [16] * len(COUNTS)
-    kept = lambda rule: [i for i, k in enumerate(grade.keep_mask(rule, COUNTS, ns)) if k]  # noqa: E731
+    kept = lambda rule: [i for i, k in enumerate(grade.keep_mask(rule, COUNTS, ns)) if k]
     assert kept("skywork") == [2, 3, 4, 5, 6]  # 1..15 of 16
     assert kept("ringlite") == [2, 3, 4, 5, 6]  # neither all-correct nor all-wrong
     assert kept("mimo") == [0, 1, 2, 3, 4, 5]  # pass rate <= 0.9: 14/16 = 0.875 stays, 15/16 = 0.9375 goes
@@ -133,12 +148,12 @@ def test_filter_rules_keep_exactly():
 def test_filter_subcommand(tmp_path, capsys):
     out = tmp_path / "kept.jsonl"
     grade.main(["filter", "--data", fx("graded.jsonl"), "--rule", "mimo", "--out", str(out)])
-    rows = [json.loads(line) for line in open(out)]
-    src = [json.loads(line) for line in open(fx("graded.jsonl"))]
+    rows = read_jsonl(out)
+    src = read_jsonl(fx("graded.jsonl"))
     assert rows == src[:6]  # kept rows unchanged (levels of the whole graded set)
     assert "mimo: kept 6 of 10" in capsys.readouterr().out
     grade.main(["filter", "--data", fx("graded.jsonl"), "--rule", "skywork", "--out", str(out), "--relevel"])
-    rows = [json.loads(line) for line in open(out)]
+    rows = read_jsonl(out)
     assert [r["id"] for r in rows] == ["g2", "g3", "g4", "g5", "g6"] and [r["difficulty"] for r in rows] == [5, 4, 3, 2, 1]
     with pytest.raises(SystemExit, match=r"problems.jsonl:1: not graded .*grade it first"):
         grade.main(["filter", "--data", fx("problems.jsonl"), "--rule", "mimo", "--out", str(tmp_path / "x.jsonl")])
@@ -157,10 +172,10 @@ def cli(out, *extra, **kw):
 
 def test_written_file_reads_back(tmp_path):
     out = tmp_path / "graded.jsonl"
-    rows, eng = cli(out)
+    cli(out)
     assert not os.path.exists(str(out) + ".partial.jsonl")  # sidecar removed once the output is written
     back = data.load_dataset(str(out))
-    raw = [json.loads(line) for line in open(out)]
+    raw = read_jsonl(out)
     _, probs = fixture_problems()
     assert len(back) == 20
     for ex, r, p in zip(back, raw, probs):
@@ -178,7 +193,7 @@ def test_written_file_reads_back(tmp_path):
 def test_grade_with_filter_writes_kept_only(tmp_path, capsys):
     out = tmp_path / "kept.jsonl"
     cli(out, "--filter", "skywork")
-    rows = [json.loads(line) for line in open(out)]
+    rows = read_jsonl(out)
     assert {r["true_p"] for r in rows} == {0.75, 0.5, 0.25}  # all-correct and all-wrong problems dropped
     assert len(rows) == 12
     o = capsys.readouterr().out
@@ -191,16 +206,16 @@ def test_resume_after_interruption(tmp_path):
     exs, probs = fixture_problems()
     out = tmp_path / "resumed.jsonl"
     side = str(out) + ".partial.jsonl"
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(SystemExit, match=r"interrupted: .*resumed.jsonl.partial.jsonl; rerun the same command"):
         cli(out, engine=StubEngine(exs, probs, fail_after=2))  # dies in the 3rd of 4 batches (6 problems each)
     assert not out.exists()
-    lines = open(side).read().splitlines()
+    lines = read_text(side).splitlines()
     assert len(lines) == 1 + 12 and json.loads(lines[0])["grade_progress"] == 1
-    open(side, "a").write('{"index": 12, "ha')  # a torn line, as a kill mid-write leaves
+    write_text(side, '{"index": 12, "ha', "a")  # a torn line, as a kill mid-write leaves
     eng = StubEngine(exs, probs)
     cli(out, engine=eng)
     assert eng.calls == 2 and eng.prompts_seen == 8  # only the two missing batches were graded
-    assert open(out).read() == open(full).read()  # identical to the uninterrupted run
+    assert read_text(out) == read_text(full)  # identical to the uninterrupted run
     assert not os.path.exists(side)
 
 
@@ -208,16 +223,16 @@ def test_resume_refuses_changed_input_or_settings(tmp_path):
     exs, probs = fixture_problems()
     out = tmp_path / "g.jsonl"
     side = str(out) + ".partial.jsonl"
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(SystemExit, match="interrupted"):
         cli(out, engine=StubEngine(exs, probs, fail_after=1))
     with pytest.raises(SystemExit, match=r"other settings \(samples: 64 -> 32\).*delete"):
         grade.main(["--data", fx("problems.jsonl"), "--samples", "32", "--batch-prompts", "6", "--seed", "7",
                     "--out", str(out), "--quiet"], engine=StubEngine(exs, probs))
-    lines = open(side).read().splitlines()
+    lines = read_text(side).splitlines()
     rec = json.loads(lines[1])
     rec["hash"] = "0" * 16
     lines[1] = json.dumps(rec)
-    open(side, "w").write("\n".join(lines) + "\n")
+    write_text(side, "\n".join(lines) + "\n")
     with pytest.raises(SystemExit, match=r"partial.jsonl:2: problem #0 does not match the input"):
         cli(out)
     assert not out.exists()
@@ -241,7 +256,7 @@ def test_already_graded_input(tmp_path):
         grade.main(["--data", fx("graded.jsonl"), "--out", str(out), "--quiet"], engine=eng)
     assert not out.exists() and eng.calls == 0
     grade.main(["--data", fx("graded.jsonl"), "--out", str(out), "--samples", "8", "--quiet", "--force"], engine=eng)
-    rows = [json.loads(line) for line in open(out)]
+    rows = read_jsonl(out)
     assert all(r["num_samples"] == 8 for r in rows) and eng.calls == 1
 
 
@@ -250,7 +265,7 @@ def test_other_schemas_become_plain(tmp_path):
     out = tmp_path / "o.jsonl"
     grade.main(["--data", fx("mixed_schemas.jsonl"), "--out", str(out), "--samples", "4", "--quiet"],
                engine=StubEngine(exs, [1.0, 0.0, 1.0, 0.0]))
-    rows = [json.loads(line) for line in open(out)]
+    rows = read_jsonl(out)
     assert [data.detect_schema(r) for r in rows] == ["plain"] * 4
     assert [r["prompt"] for r in rows] == [e.prompt for e in exs] and [r["answer"] for r in rows] == ["7", "\\frac{3}{4}", "42", "5"]
     assert rows[1]["level"] == "Level 2" and rows[1]["type"] == "Algebra" and "solution" in rows[1]
