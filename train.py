@@ -338,13 +338,15 @@ def main(argv=None):
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
     if cfg.threads and not torch.cuda.is_available():
         torch.set_num_threads(cfg.threads)
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed + accelerator.process_index)  # per-process sampling streams
     dtype = {"auto": torch.bfloat16 if torch.cuda.is_available() else torch.float32, "float32": torch.float32,
              "bfloat16": torch.bfloat16}[cfg.dtype]
     with accelerator.main_process_first():  # N processes: the tiny model is built once, by the main process
         model_path = cfg.model or tiny.get_tiny_model(verbose=accelerator.is_main_process)
     model, tok = load_model(resume_from or model_path, dtype)
+    # Seeded after the model exists: building the tiny model (its SFT) must not shift the sampling streams, so a
+    # first run that builds it and a later run that finds it cached are the same run.
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed + accelerator.process_index)  # per-process sampling streams
     ref_model = load_model(model_path, dtype)[0].eval().requires_grad_(False) if cfg.kl_coef > 0 else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     model, optimizer = accelerator.prepare(model, optimizer)
