@@ -80,7 +80,10 @@ class Config:
     eval_every: int = opt(20, "evaluate on held-out data every N steps (0 = only before and after)")
     eval_problems: int = opt(400, "number of held-out problems for greedy accuracy")
     # --- rollout ---
-    rollout: str = opt("hf", "generation engine: 'hf' (transformers generate) or 'vllm'")
+    rollout: str = opt("hf", "generation engine: 'hf' (transformers generate) or 'vllm' (colocated in each training process)")
+    vllm_gpu_memory_utilization: float = opt(0.3, "vLLM on GPU: share of GPU memory for its weights and KV cache "
+                                                  "(the rest is the trainer's; TRL moved its default 0.9 -> 0.3 after OOM reports)")
+    vllm_sleep: bool = opt(False, "vLLM on GPU: sleep the engine (free its KV cache) during the optimizer updates")
     batch_size: int = opt(256, "responses per step (prompts x group size); must be divisible by --group-size")
     group_size: int = opt(8, "G: completions per prompt (>= 2)")
     temperature: float = opt(1.0, "sampling temperature (all five papers use 1.0 for training)")
@@ -354,7 +357,8 @@ def main(argv=None):
         ref_model = ref_model.to(accelerator.device)
     policy = accelerator.unwrap_model(model)
     engine = rollout.make_engine(cfg.rollout, policy, tok, model_path=resume_from or model_path, seed=cfg.seed,
-                                 max_model_len=512 if not cfg.model else None)
+                                 max_model_len=512 if not cfg.model else None,
+                                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, enable_sleep=cfg.vllm_sleep)
     if cfg.reward == "math":
         from reward import MathReward
 
@@ -496,6 +500,8 @@ def main(argv=None):
         p_ids = [tok(batch.prompts[i // G], add_special_tokens=False)["input_ids"] for i in sel]
         r_ids = [batch.comps[i].token_ids for i in sel]
         truncated = [batch.comps[i].truncated for i in sel]
+        if cfg.vllm_sleep and hasattr(engine, "sleep"):  # colocated on one GPU: give training the KV-cache memory
+            engine.sleep()  # sync_weights / generate wake it up again
         umetrics = update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_ids, adv[sel], truncated, alpha, step, c3po)
         last_nll = umetrics.pop("policy/sampled_nll", last_nll)
         engine.sync_weights(policy)
