@@ -428,6 +428,9 @@ def main(argv=None):
         prompts = [data.build_prompt(tok, ex.prompt, kind) for ex in exs]
         comps = [c for g in engine.generate(prompts, G, sp) for c in g]  # (N,) prompt-major
         rewards, correct, rm = reward_fn([c.text for c in comps], [ex.answer for ex in exs for _ in range(G)])
+        # every generated group's pass rate, before any filter: the easy pool and the online filter need the
+        # all-correct groups that dynamic sampling drops
+        observed.extend(zip(idx, torch.tensor(correct, dtype=torch.float).view(-1, G).mean(1).tolist()))
         if cfg.overlong_buffer:  # DAPO Eq. 13: added to the correctness reward, before the group statistics
             rewards = (torch.tensor(rewards) + dapo.overlong_penalty([c.length for c in comps], sp.max_new_tokens, cfg.overlong_buffer)).tolist()
         return Round(idx, exs, prompts, comps, rewards, correct, G), rm["reward/timeouts"]
@@ -439,7 +442,7 @@ def main(argv=None):
         run_eval(0)
     bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, disable=not accelerator.is_main_process, dynamic_ncols=True)
     for step in bar:
-        t0, extra = time.time(), {}
+        t0, extra, observed = time.time(), {}, []
         stage = sampler.stage_at(step) if stages else None  # curriculum: this stage's G, batch and length
         G = stage.group_size if stage else cfg.group_size
         n_prompts = stage.batch_size if stage else cfg.batch_size // cfg.group_size
@@ -475,9 +478,9 @@ def main(argv=None):
             batch, timeouts = generate_round(step, n_prompts, G, sp)
             n_gen = len(batch.comps)
         t_gen = time.time() - t0
-        # pass rates feed MiMo's easy pool and the curriculum's online filter; every process sees all of them
-        pass_rates = torch.tensor(batch.correct, dtype=torch.float).view(-1, G).mean(1).tolist()
-        seen = gather_object(list(zip(batch.idx, pass_rates))) if world > 1 else list(zip(batch.idx, pass_rates))
+        # pass rates of every generated group feed MiMo's easy pool and the curriculum's online filter; every
+        # process sees all of them, so the samplers stay identical
+        seen = gather_object(observed) if world > 1 else observed
         if cfg.easy_pool_alpha > 0:
             sampler.update([i for i, _ in seen], [p for _, p in seen])
             extra.update(sampler.metrics())
