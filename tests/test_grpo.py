@@ -1,0 +1,132 @@
+"""The GRPO math, checked by hand and against identities.  Run: python -m pytest tests/test_grpo.py -q"""
+import math
+
+import pytest
+import torch
+
+import grpo
+
+
+def test_advantages_hand_computed():
+    # group [1,1,0,0]: mean 0.5, unbiased std sqrt(4 * 0.25 / 3) = 0.57735 -> A = +-0.5 / 0.57735 = +-0.8660
+    a = grpo.group_advantages(torch.tensor([1.0, 1.0, 0.0, 0.0]), 4)
+    assert torch.allclose(a, torch.tensor([0.8660, 0.8660, -0.8660, -0.8660]), atol=1e-4)
+    # two groups are normalised separately; [1,0,0,0]: mean .25, std .5 -> A = 1.5, -0.5 x3
+    a = grpo.group_advantages(torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]), 4)
+    assert torch.allclose(a[4:], torch.tensor([1.5, -0.5, -0.5, -0.5]), atol=1e-5)
+
+
+def test_advantages_affine_invariant_to_reward_scale():
+    r01 = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    assert torch.allclose(grpo.group_advantages(r01, 4), grpo.group_advantages(2 * r01 - 1, 4), atol=1e-5)
+
+
+def test_all_equal_group_gives_zeros_not_nan():
+    for v in (0.0, 1.0, -1.0):
+        a = grpo.group_advantages(torch.full((8,), v), 4)
+        assert torch.equal(a, torch.zeros(8)) and not torch.isnan(a).any()
+
+
+def test_dr_grpo_mean_only():
+    a = grpo.group_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), 4, scale_by_std=False)
+    assert torch.allclose(a, torch.tensor([0.75, -0.25, -0.25, -0.25]))
+
+
+def test_bad_group_size():
+    with pytest.raises(ValueError, match="group_size must be >= 2"):
+        grpo.group_advantages(torch.zeros(4), 1)
+    with pytest.raises(ValueError, match="do not split"):
+        grpo.group_advantages(torch.zeros(6), 4)
+
+
+def test_token_logprobs_and_entropy_hand():
+    logits = torch.log(torch.tensor([[[0.5, 0.25, 0.25]]]))  # (1, 1, 3)
+    logp, ent = grpo.token_logprobs(logits, torch.tensor([[1]]), with_entropy=True)
+    assert math.isclose(logp.item(), math.log(0.25), rel_tol=1e-6)
+    assert math.isclose(ent.item(), -(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25)), rel_tol=1e-6)
+    # temperature 2: softmax(logits / 2) ~ sqrt(p)
+    q = torch.tensor([0.5, 0.25, 0.25]).sqrt()
+    logp2, _ = grpo.token_logprobs(logits, torch.tensor([[0]]), temperature=2.0)
+    assert math.isclose(logp2.item(), math.log(q[0] / q.sum()), rel_tol=1e-6)
+
+
+def test_token_logprobs_equal_minus_hf_cross_entropy():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=64, max_position_embeddings=64)
+    model = Qwen2ForCausalLM(cfg).eval()
+    ids = torch.randint(0, 64, (3, 12))
+    with torch.no_grad():
+        out = model(input_ids=ids, labels=ids)
+    logp, _ = grpo.token_logprobs(out.logits[:, :-1], ids[:, 1:])  # logits at t-1 predict token t
+    assert torch.allclose(-logp.mean(), out.loss, atol=1e-6)
+    per_tok = torch.nn.functional.cross_entropy(out.logits[:, :-1].reshape(-1, 64), ids[:, 1:].reshape(-1), reduction="none")
+    assert torch.allclose(logp.reshape(-1), -per_tok, atol=1e-6)
+
+
+def test_kl_k3_hand():
+    kl = grpo.kl_k3(torch.tensor([math.log(0.5)]), torch.tensor([math.log(0.25)]))
+    assert math.isclose(kl.item(), 0.5 - math.log(0.5) - 1, rel_tol=1e-6)  # exp(d) - d - 1 with d = ln(1/2)
+    assert grpo.kl_k3(torch.tensor([0.3]), torch.tensor([0.3])).item() == 0.0
+
+
+def test_clipped_surrogate_hand():
+    logp = torch.log(torch.tensor([[1.5, 0.5, 1.1, 0.7]]))  # ratios vs old_logp = 0
+    old = torch.zeros(1, 4)
+    # A > 0: ratio 1.5 -> clipped at 1.2;  the same token row with A < 0 below
+    loss, lo, hi = grpo.clipped_surrogate(logp, old, torch.tensor([2.0]), 0.2, 0.2)
+    assert torch.allclose(loss, -2.0 * torch.tensor([[1.2, 0.5, 1.1, 0.7]]))
+    assert hi.tolist() == [[True, False, False, False]] and not lo.any()
+    loss, lo, hi = grpo.clipped_surrogate(logp, old, torch.tensor([-1.0]), 0.2, 0.2)
+    # A < 0: -min(r A, clip(r) A) = max(r, clip(r)) : 1.5, 0.8, 1.1, 0.8
+    assert torch.allclose(loss, torch.tensor([[1.5, 0.8, 1.1, 0.8]]))
+    assert lo.tolist() == [[False, True, False, True]] and not hi.any()
+
+
+def test_aggregation_modes_hand():
+    loss = torch.tensor([[1.0, 3.0, 0.0, 0.0], [2.0, 2.0, 2.0, 6.0]])
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+    assert math.isclose(grpo.aggregate(loss, mask, "seq-mean-token-mean").item(), (2.0 + 3.0) / 2)
+    assert math.isclose(grpo.aggregate(loss, mask, "token-mean").item(), 16.0 / 6, rel_tol=1e-6)
+    assert math.isclose(grpo.aggregate(loss, mask, "seq-mean-token-sum").item(), (4.0 + 12.0) / 2)
+    # micro-batches with global denominators sum to the whole-batch value
+    whole = grpo.aggregate(loss, mask, "token-mean")
+    parts = sum(grpo.aggregate(loss[i : i + 1], mask[i : i + 1], "token-mean", num_tokens=6) for i in range(2))
+    assert torch.allclose(whole, parts)
+    with pytest.raises(ValueError):
+        grpo.aggregate(loss, mask, "nope")
+
+
+def test_ratio_one_gradient_equals_reinforce():
+    """On the first on-policy update old_logp = logp.detach(): the clipped loss's gradient is the REINFORCE one."""
+    torch.manual_seed(0)
+    N, T, V = 6, 5, 7
+    logits = torch.randn(N, T, V, requires_grad=True)
+    tokens = torch.randint(0, V, (N, T))
+    mask = (torch.arange(T) < torch.tensor([5, 3, 4, 2, 5, 1]).unsqueeze(1)).long()
+    adv = grpo.group_advantages(torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 1.0]), 3)
+    for agg in grpo.LOSS_AGG:
+        logp, _ = grpo.token_logprobs(logits, tokens)
+        loss, m = grpo.policy_loss(logp, logp.detach(), adv, mask, clip_low=0.2, clip_high=0.2, loss_agg=agg)
+        (g1,) = torch.autograd.grad(loss, logits)
+        logp, _ = grpo.token_logprobs(logits, tokens)
+        reinforce = -grpo.aggregate(adv.unsqueeze(1) * logp, mask, agg)  # -(agg of A * log pi)
+        (g2,) = torch.autograd.grad(reinforce, logits)
+        assert torch.allclose(g1, g2, atol=1e-7), agg
+        assert m["clip_frac_low"] == m["clip_frac_high"] == 0.0
+        # the loss value is -agg(A): about 0, and not a progress signal
+        assert math.isclose(loss.item(), -grpo.aggregate(adv.unsqueeze(1).expand(N, T), mask, agg).item(), abs_tol=1e-6)
+
+
+def test_kl_term_added_and_requires_ref():
+    logp = torch.log(torch.full((2, 3), 0.5))
+    ref = torch.log(torch.full((2, 3), 0.25))
+    mask = torch.ones(2, 3)
+    l0, _ = grpo.policy_loss(logp, logp, torch.zeros(2), mask)
+    l1, m = grpo.policy_loss(logp, logp, torch.zeros(2), mask, ref, kl_coef=0.1)
+    assert math.isclose(l1.item() - l0.item(), 0.1 * (0.5 - math.log(0.5) - 1), rel_tol=1e-5)
+    assert math.isclose(m["kl"], 0.5 - math.log(0.5) - 1, rel_tol=1e-5)
+    with pytest.raises(ValueError, match="ref_logp"):
+        grpo.policy_loss(logp, logp, torch.zeros(2), mask, kl_coef=0.1)
