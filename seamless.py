@@ -9,18 +9,24 @@ the last round overshoots by up to a whole round. Here instead:
     already in flight are predicted to be insufficient (MiMo's continuous rollout):
         deficit = target - valid_scored - p_valid * groups_in_flight
         wave    = clip(ceil(deficit / p_valid), min_wave, max_wave)      (launched only if deficit > 0)
-  * Asynchronous reward: each wave's completions are scored on a worker thread (`score`, e.g. reward.MathReward,
-    which itself verifies on processes) while the main thread generates the next wave. With a batch-synchronous
-    engine (HFEngine, one `generate` call per wave) "continuous" means: wave k+1 generates while wave k is scored.
+  * Asynchronous reward: completions are scored on a worker thread (`score`, e.g. reward.MathReward, which itself
+    verifies on processes) while the main thread keeps generating.
+  * Two engine modes. A streaming engine (`submit`/`poll`/`abort`: rollout.VLLMEngine, vLLM's continuous
+    batching) is MiMo's continuous rollout proper: a wave is only an admission of prompts into the engine, which
+    keeps generating while groups are admitted; each group goes to scoring the moment its G samples are done,
+    and groups still generating when the batch is full are aborted. A batch-synchronous engine (HFEngine, one
+    `generate` call per wave) can only overlap wave k+1's generation with wave k's scoring.
   * FIFO early termination: groups are taken in launch order; collection stops as soon as the first `target`
     valid groups in launch order are known, which requires every group launched before the last selected one to
     be scored. A later-launched group never displaces an earlier one whose score is still pending, so groups that
-    finish early (short responses) are not favoured. Groups in flight at that point are discarded (their scoring
-    jobs are cancelled if not started); a batch-synchronous engine cannot abort a wave, so waves are kept small
-    near the end by the estimate.
+    finish early (short responses) are not favoured. Groups in flight at that point are discarded (streaming:
+    aborted in the engine; scoring jobs cancelled if not started); a batch-synchronous engine cannot abort a
+    wave, so waves are kept small near the end by the estimate.
 
 Interfaces (so it runs with the project's engines and rewards):
-    engine.generate(prompts, n, params) -> list (per prompt) of n rollout.Completion
+    engine.generate(prompts, n, params) -> list (per prompt) of n rollout.Completion       (batch-synchronous)
+    engine.submit(prompts, n, params) -> handles; engine.poll() -> [(handle, n Completions)] finished in one
+        engine step; engine.abort(handles)                                                  (streaming)
     score(texts, golds) -> (rewards, correct, metrics)            metrics may hold "reward/timeouts"
     next_prompts(k) -> list of k (idx, example, prompt_text, gold) (the trainer's prompt sampler)
     shape(completions, rewards) -> rewards                          optional, e.g. DAPO's overlong penalty
@@ -35,6 +41,7 @@ Sample accounting (metrics):
                              scheduler controls; comparable to MiMo Table 2's "sample waste")
     rollout/reward_wait_frac share of the wall time the main (generating) thread sat waiting for rewards
     rollout/gen_rounds       waves launched;  rollout/pass_rate_est  p_valid estimate after the step
+    rollout/aborted_groups   streaming: groups dropped while queued or half-generated (counted as generated above)
 
 Caveat: math-verify's timeouts use SIGALRM, main thread only. A `score` with `workers == 0` (MathReward verifying in
 the calling process) would silently score symbolic matches as wrong from a thread, so such a scorer is run inline in
@@ -122,7 +129,7 @@ class SeamlessRollout:
     def __init__(self, engine, score: Callable, group_size: int, *, min_wave: int = 4, max_wave: int = 256,
                  prior: float = 0.5, prior_weight: float = 8.0, decay: float = 0.7, max_groups: int | None = None,
                  shape: Callable | None = None, score_chunk: int = 8, async_reward: bool | None = None,
-                 reward_threads: int = 1, clock: Callable[[], float] = time.perf_counter):
+                 reward_threads: int = 1, streaming: bool | None = None, clock: Callable[[], float] = time.perf_counter):
         if group_size < 1 or min_wave < 1 or max_wave < min_wave:
             raise ValueError(f"need group_size >= 1 and 1 <= min_wave <= max_wave, got {group_size}, {min_wave}, {max_wave}")
         self.engine, self.score, self.G = engine, score, group_size
@@ -132,9 +139,13 @@ class SeamlessRollout:
         if async_reward is None:  # see the module docstring: math-verify in a thread cannot time out, it fails
             async_reward = getattr(score, "workers", 1) != 0
         self.async_reward = async_reward
+        if streaming is None:
+            streaming = all(hasattr(engine, a) for a in ("submit", "poll", "abort"))
+        self.streaming = streaming
         self.clock = clock
         self._pool = ThreadPoolExecutor(reward_threads, thread_name_prefix="seamless-reward") if async_reward else None
         self.last_metrics: dict = {}
+        self.last_observed: list = []  # (idx, pass rate) of every group scored in the last collect
         self.last_trace: list = []  # (event, wave, n_groups, t) for tests and plots
 
     def close(self):
@@ -150,6 +161,14 @@ class SeamlessRollout:
         if self.shape is not None:
             rewards = list(self.shape(comps, rewards))
         return rewards, list(correct), m
+
+    def _submit_chunks(self, groups: list[_Group], jobs: dict) -> float:
+        """Queue `groups` for scoring in chunks of `score_chunk`; returns the seconds spent scoring inline."""
+        ts = self.clock()
+        for c in range(0, len(groups), self.score_chunk):
+            chunk = groups[c:c + self.score_chunk]
+            jobs[self._submit(chunk)] = chunk
+        return self.clock() - ts if self._pool is None else 0.0
 
     def _submit(self, groups: list[_Group]) -> Future:
         if self._pool is not None:
@@ -173,6 +192,8 @@ class SeamlessRollout:
         t_gen = t_wait = t_score_inline = 0.0
         waves, timeouts, trace = 0, 0, []
         self.last_trace = trace
+        streaming = self.streaming
+        handles: dict[str, _Group] = {}  # streaming: engine handle -> group being generated
 
         def harvest(done):
             nonlocal timeouts
@@ -213,20 +234,34 @@ class SeamlessRollout:
                 items = next_prompts(k)
                 new = [_Group(len(launched) + i, it[0], it[1], it[2], it[3], waves) for i, it in enumerate(items)]
                 trace.append(("launch", waves, len(new), clock() - t0, p))
+                launched.extend(new)
+                waves += 1
                 ts = clock()
+                if streaming:  # queued in the engine; generated while the loop goes on
+                    for g, h in zip(new, self.engine.submit([g.prompt for g in new], G, params)):
+                        handles[h] = g
+                    t_gen += clock() - ts
+                    continue
                 outs = self.engine.generate([g.prompt for g in new], G, params)
                 t_gen += clock() - ts
                 for g, cs in zip(new, outs):
                     g.comps = list(cs)
-                launched.extend(new)
-                trace.append(("generated", waves, len(new), clock() - t0))
-                waves += 1
+                trace.append(("generated", waves - 1, len(new), clock() - t0))
+                t_score_inline += self._submit_chunks(new, jobs)
+                continue
+            if handles:  # streaming: one engine step; groups whose G samples are all done go to scoring at once
                 ts = clock()
-                for c in range(0, len(new), self.score_chunk):
-                    chunk = new[c:c + self.score_chunk]
-                    jobs[self._submit(chunk)] = chunk
-                if self._pool is None:
-                    t_score_inline += clock() - ts
+                finished = self.engine.poll()
+                t_gen += clock() - ts
+                if finished:
+                    done_groups = []
+                    for h, cs in finished:
+                        g = handles.pop(h)
+                        g.comps = list(cs)
+                        done_groups.append(g)
+                    done_groups.sort(key=lambda g: g.seq)
+                    trace.append(("generated", done_groups[0].wave, len(done_groups), clock() - t0))
+                    t_score_inline += self._submit_chunks(done_groups, jobs)
                 continue
             if not jobs:  # nothing in flight and no room left
                 valid = sum(g.valid for g in launched)
@@ -239,7 +274,12 @@ class SeamlessRollout:
             harvest(done)
         for f in list(jobs):  # groups still in flight are discarded: drop their scoring if it has not started
             f.cancel()
+        aborted = len(handles)
+        if handles:  # streaming: groups still generating (or queued) are dropped mid-way
+            self.engine.abort(list(handles))
         wall = clock() - t0
+        # every scored group's pass rate, kept or not (MiMo's easy pool and the curriculum's filter need them)
+        self.last_observed = [(g.idx, sum(map(bool, g.correct)) / len(g.correct)) for g in launched if g.scored]
         n_gen = len(launched) * G
         last = selected[-1].seq
         self.last_metrics = {
@@ -250,6 +290,7 @@ class SeamlessRollout:
             "rollout/sample_waste": 1.0 - target * G / n_gen,
             "rollout/overshoot_waste": (len(launched) - last - 1) / len(launched),
             "rollout/unscored_groups": sum(not g.scored for g in launched),
+            "rollout/aborted_groups": aborted,
             "rollout/pass_rate_est": self.est.p,
             "rollout/reward_wait_frac": (t_wait + t_score_inline) / wall if wall > 0 else 0.0,
             "rollout/gen_time_s": t_gen,
