@@ -264,3 +264,23 @@ def test_backstop_kills_a_hung_worker(monkeypatch):
         assert r([B("\\frac{2}{4}"), B("0.3")], ["0.5", "0.5"]) == ([1.0, -1.0], [True, False], {"reward/timeouts": 0})
     finally:
         r.close()
+
+
+def test_integer_fast_path_agrees_with_math_verify():
+    """Plain integers are compared without math-verify (reward._fast_verdict); on integer pairs its verdict is
+    math-verify's, and scoring them starts no worker process."""
+    from math_verify import parse, verify
+
+    from reward import MathReward, _fast_verdict
+
+    pairs = [("57", "58"), ("58", "58"), ("007", "7"), ("-3", "3"), ("+4", "4"), ("-0", "0"), ("10", "1"),
+             ("123456789012345678901234567890", "123456789012345678901234567891"), ("12", " 12 ")]
+    for pred, gold in pairs:
+        want = bool(verify(parse("\\boxed{" + gold + "}"), parse("\\boxed{" + pred + "}")))
+        assert _fast_verdict(pred, gold) is want, (pred, gold)
+    for pred, gold in [("1/2", "0.5"), ("5.0", "5"), ("1,000", "1000"), ("x", "3")]:
+        assert _fast_verdict(pred, gold) is None  # left to math-verify
+    r = MathReward(workers=1)
+    rewards, correct, _ = r(["so \\boxed{57}", "\\boxed{58}", "no box"], ["58", "58", "58"])
+    assert correct == [False, True, False] and r._pool is None
+    r.close()
