@@ -127,13 +127,17 @@ def policy_loss(
     # C3PO change 3 (Ring-lite Sec. 4.1): symmetric eps = 0.2 and a KL loss with beta = 1e-3 (needs ref_logp)
     clip_low=0.2, clip_high=0.2, kl_coef=1e-3,
     # C3PO change 2 (Sec. 3.2, Eq. 2): divide by the constant budget Phi; mask must be budget_mask(mask, kept)
-    loss_agg="budget", num_seqs=None, num_tokens=None, budget=None,
+    loss_agg="budget", num_seqs=None, num_tokens=None, budget=None, token_weights=None,
 ):
     """C3PO loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
 
     Shapes: logp, old_logp, ref_logp, mask (N, T); advantages (N,). Returns (loss, metrics dict of floats).
+    token_weights (N, T), detached, multiply the clipped surrogate per token (not the KL term): truncated
+    importance sampling between the rollout engine and the trainer (rollout.tis_weights); None = all ones.
     """
     loss_tok, clipped_low, clipped_high = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
+    if token_weights is not None:
+        loss_tok = loss_tok * token_weights
     kl = None
     if kl_coef > 0:
         if ref_logp is None:

@@ -122,14 +122,18 @@ def policy_loss(
     clip_low=0.2, clip_high=0.28, kl_coef=0.0,
     # DAPO change 2 (Sec. 3.3, Eq. 12): token-level loss; num_tokens = the mini-batch's response tokens, which the
     # trainer counts over all micro-batches and processes (see the module docstring)
-    loss_agg="token-mean", num_seqs=None, num_tokens=None,
+    loss_agg="token-mean", num_seqs=None, num_tokens=None, token_weights=None,
 ):
     """DAPO loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
 
     Shapes: logp, old_logp, ref_logp, mask (N, T); advantages (N,). Returns (loss, metrics dict of floats).
+    token_weights (N, T), detached, multiply the clipped surrogate per token (not the KL term): truncated
+    importance sampling between the rollout engine and the trainer (rollout.tis_weights); None = all ones.
     For overlong filtering pass mask = overlong_mask(mask, truncated).
     """
     loss_tok, clipped_low, clipped_high = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
+    if token_weights is not None:
+        loss_tok = loss_tok * token_weights
     kl = None
     if kl_coef > 0:
         if ref_logp is None:

@@ -118,13 +118,17 @@ def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: f
 
 def policy_loss(
     logp, old_logp, advantages, mask, ref_logp=None, *, clip_low=0.2, clip_high=0.2, kl_coef=0.0,
-    loss_agg="seq-mean-token-mean", num_seqs=None, num_tokens=None,
+    loss_agg="seq-mean-token-mean", num_seqs=None, num_tokens=None, token_weights=None,
 ):
     """GRPO loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
 
     Shapes: logp, old_logp, ref_logp, mask (N, T); advantages (N,). Returns (loss, metrics dict of floats).
+    token_weights (N, T), detached, multiply the clipped surrogate per token (not the KL term): truncated
+    importance sampling between the rollout engine and the trainer (rollout.tis_weights); None = all ones.
     """
     loss_tok, clipped_low, clipped_high = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
+    if token_weights is not None:
+        loss_tok = loss_tok * token_weights
     kl = None
     if kl_coef > 0:
         if ref_logp is None:

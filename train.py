@@ -84,6 +84,10 @@ class Config:
     vllm_gpu_memory_utilization: float = opt(0.3, "vLLM on GPU: share of GPU memory for its weights and KV cache "
                                                   "(the rest is the trainer's; TRL moved its default 0.9 -> 0.3 after OOM reports)")
     vllm_sleep: bool = opt(False, "vLLM on GPU: sleep the engine (free its KV cache) during the optimizer updates")
+    tis_cap: float = opt(0.0, "truncated importance sampling (rollout.tis_weights): each token's surrogate term is weighted by "
+                              "min(pi_old / pi_engine, cap), correcting for the engine sampling from a slightly different "
+                              "distribution than the trainer's (other kernels, bf16); 0 = off; needs an engine that returns "
+                              "log-probs (--rollout vllm). TRL's vllm_importance_sampling_cap; 2.0 is a common cap")
     batch_size: int = opt(256, "responses per step (prompts x group size); must be divisible by --group-size")
     group_size: int = opt(8, "G: completions per prompt (>= 2)")
     temperature: float = opt(1.0, "sampling temperature (all five papers use 1.0 for training)")
@@ -152,6 +156,10 @@ class Config:
             bad("curriculum", f"{self.curriculum!r} is not 'skywork', 'compass' or ''")
         if self.curriculum and self.easy_pool_alpha:
             bad("curriculum", "cannot be combined with --easy-pool-alpha (both choose the prompts)")
+        if self.tis_cap < 0 or (self.tis_cap and self.tis_cap < 1):
+            bad("tis-cap", f"must be 0 (off) or >= 1, got {self.tis_cap}")
+        if self.tis_cap and self.rollout != "vllm":
+            bad("tis-cap", "needs the sampling log-probs of --rollout vllm (the HF engine samples from the trainer's own model)")
         if self.seamless and not self.dynamic_sampling:
             bad("seamless", "is a scheduler for dynamic sampling: add --dynamic-sampling (or a recipe that has it)")
         if self.reward not in ("math", "code", "code-strict", "code-soft"):
@@ -374,8 +382,8 @@ def main(argv=None):
             raise SystemExit("error: --seamless: supported on one process only (drop --seamless under accelerate launch)")
         import seamless
 
-        seamless_ro = seamless.SeamlessRollout(engine, reward_fn, cfg.group_size, min_wave=4,
-                                               max_wave=max(4, cfg.seamless_max_wave or cfg.batch_size // cfg.group_size // 2))
+        seamless_ro = seamless.SeamlessRollout(  # streaming with --rollout vllm (continuous batching), else waves
+            engine, reward_fn, cfg.group_size, max_wave=max(4, cfg.seamless_max_wave or cfg.batch_size // cfg.group_size // 2))
     G = cfg.group_size
     # Prompt sources: the plain epoch walk, MiMo's easy pool, or a staged curriculum (all resumable).
     stages = None
@@ -458,6 +466,7 @@ def main(argv=None):
             nxt = lambda k: [(i, train_set[i], data.build_prompt(tok, train_set[i].prompt, kind), train_set[i].answer)  # noqa: E731
                              for i in take_prompts(step, k)]
             batch = Round.from_groups(seamless_ro.collect(nxt, n_prompts, sp), G)
+            observed.extend(seamless_ro.last_observed)  # every scored group, for the easy pool / online filter
             extra.update(seamless_ro.last_metrics)
             timeouts, n_gen = extra.pop("reward/timeouts"), extra.pop("rollout/generated")
         elif cfg.dynamic_sampling:
@@ -503,9 +512,11 @@ def main(argv=None):
         p_ids = [tok(batch.prompts[i // G], add_special_tokens=False)["input_ids"] for i in sel]
         r_ids = [batch.comps[i].token_ids for i in sel]
         truncated = [batch.comps[i].truncated for i in sel]
+        engine_lp = [batch.comps[i].logprobs for i in sel] if cfg.tis_cap else None
         if cfg.vllm_sleep and hasattr(engine, "sleep"):  # colocated on one GPU: give training the KV-cache memory
             engine.sleep()  # sync_weights / generate wake it up again
-        umetrics = update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_ids, adv[sel], truncated, alpha, step, c3po)
+        umetrics = update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_ids, adv[sel], truncated, alpha,
+                                 step, c3po, engine_lp)
         last_nll = umetrics.pop("policy/sampled_nll", last_nll)
         engine.sync_weights(policy)
         # 6. log / evaluate / save
@@ -559,7 +570,8 @@ def main(argv=None):
     return history
 
 
-def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_ids, adv, truncated, alpha, step, c3po) -> dict:
+def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_ids, adv, truncated, alpha, step, c3po,
+                  engine_lp=None) -> dict:
     """Step 5: `epochs` passes over the rollout batch, each split into batch_size / mini_batch_size mini-batches,
     one optimizer update per mini-batch.
 
@@ -567,8 +579,12 @@ def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_i
     processes, and each micro-batch loss is divided by them (times the world size, because DDP averages gradients
     over processes). Gradient accumulation therefore reproduces the one-big-batch gradient exactly. Every process
     makes the same number of updates (DDP needs it), even when filtering left it fewer responses than the others.
+
+    engine_lp (with --tis-cap): per response, the engine's sampling log-probs; each token's surrogate term is then
+    weighted by min(exp(log pi_old - log pi_engine), cap) (rollout.tis_weights).
     """
     import entropy
+    from rollout import tis_weights
 
     device, world = accelerator.device, accelerator.num_processes
     N = len(r_ids)
@@ -588,6 +604,7 @@ def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_i
     g = torch.Generator().manual_seed(cfg.seed * 100003 + step)
     agg = {"loss": 0.0, "clip_frac_low": 0.0, "clip_frac_high": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
     nll_sum, nll_tok, n_upd, extra = 0.0, 0, 0, {}
+    tis_stats = [0.0, 0.0, 0.0, 0.0]  # sum of weights, capped tokens, sum |log pi_old - log pi_engine|, tokens
     for epoch in range(cfg.epochs):
         order = torch.randperm(N, generator=g).tolist() if mu > 1 else list(range(N))
         for mb in [c.tolist() for c in torch.tensor(order, dtype=torch.long).tensor_split(n_chunks)]:
@@ -625,10 +642,22 @@ def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_i
                     if ref_model is not None:
                         with torch.no_grad():
                             ref = response_logprobs(ref_model, batch, cfg.temperature)[0]
+                    tis = None
+                    if engine_lp is not None:  # truncated IS: engine (behaviour) vs trainer's pi_old, per token
+                        eng = torch.zeros_like(old)
+                        for j, i in enumerate(mc):
+                            if engine_lp[i] is None or len(engine_lp[i]) != len(r_ids[i]):
+                                raise RuntimeError("--tis-cap: the rollout engine returned no log-probs for a response")
+                            eng[j, : len(r_ids[i])] = torch.tensor(engine_lp[i], device=device)
+                        tis = tis_weights(old, eng, mask, cfg.tis_cap)
+                        tis_stats[0] += (tis * mask).sum().item()
+                        tis_stats[1] += ((tis >= cfg.tis_cap) & mask.bool()).sum().item()
+                        tis_stats[2] += ((old - eng).abs() * mask).sum().item()
+                        tis_stats[3] += mask.sum().item()
                     common = dict(loss_agg="budget", budget=cfg.token_budget / world) if cfg.token_budget else dict(loss_agg=cfg.loss_agg)
                     loss_fn = c3po.policy_loss if cfg.token_budget else grpo.policy_loss  # dapo's = grpo's with DAPO's arguments
                     loss, m = loss_fn(logp, old, adv[mc].to(device), mask, ref, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                                      kl_coef=cfg.kl_coef, num_seqs=seqs, num_tokens=toks, **common)
+                                      kl_coef=cfg.kl_coef, num_seqs=seqs, num_tokens=toks, token_weights=tis, **common)
                     if alpha:
                         eterm, _ = entropy.entropy_loss(ent, mask, alpha, num_seqs=seqs, num_tokens=toks, **common)
                         loss = loss + eterm
@@ -651,6 +680,9 @@ def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_i
             n_upd += 1
     out = {f"policy/{k}" if k != "grad_norm" else "perf/grad_norm": v / n_upd for k, v in agg.items()}
     out.update({"policy/updates": n_upd, "perf/lr": optimizer.param_groups[0]["lr"], **extra})
+    if tis_stats[3]:
+        out.update({"policy/tis_weight_mean": tis_stats[0] / tis_stats[3], "policy/tis_capped_frac": tis_stats[1] / tis_stats[3],
+                    "policy/engine_logp_gap": tis_stats[2] / tis_stats[3]})
     if nll_tok:
         out["policy/sampled_nll"] = nll_sum / nll_tok
     if alpha:

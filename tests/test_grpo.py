@@ -130,3 +130,30 @@ def test_kl_term_added_and_requires_ref():
     assert math.isclose(m["kl"], 0.5 - math.log(0.5) - 1, rel_tol=1e-5)
     with pytest.raises(ValueError, match="ref_logp"):
         grpo.policy_loss(logp, logp, torch.zeros(2), mask, kl_coef=0.1)
+
+
+def test_token_weights_scale_the_surrogate_not_the_kl():
+    """token_weights (truncated importance sampling) multiply each token's surrogate term: at ratio 1 the gradient is
+    the importance-weighted REINFORCE gradient; all-ones weights change nothing; the KL term is not weighted."""
+    torch.manual_seed(1)
+    N, T, V = 4, 5, 7
+    logits = torch.randn(N, T, V, requires_grad=True)
+    tokens = torch.randint(0, V, (N, T))
+    mask = (torch.arange(T) < torch.tensor([5, 3, 4, 2]).unsqueeze(1)).long()
+    adv = torch.tensor([0.5, -1.0, 2.0, -0.3])
+    w = torch.rand(N, T) * 2
+    ref = torch.randn(N, T).clamp(max=-0.1)
+    for agg in grpo.LOSS_AGG:
+        logp, _ = grpo.token_logprobs(logits, tokens)
+        loss, _ = grpo.policy_loss(logp, logp.detach(), adv, mask, loss_agg=agg, token_weights=w)
+        (g1,) = torch.autograd.grad(loss, logits)
+        logp, _ = grpo.token_logprobs(logits, tokens)
+        (g2,) = torch.autograd.grad(-grpo.aggregate(w * adv.unsqueeze(1) * logp, mask, agg), logits)
+        assert torch.allclose(g1, g2, atol=1e-7), agg
+        logp, _ = grpo.token_logprobs(logits, tokens)
+        a, _ = grpo.policy_loss(logp, logp.detach(), adv, mask, ref, kl_coef=0.1, loss_agg=agg, token_weights=torch.ones(N, T))
+        b, _ = grpo.policy_loss(logp, logp.detach(), adv, mask, ref, kl_coef=0.1, loss_agg=agg)
+        assert torch.equal(a, b)
+        # with zero weights only the KL term is left
+        z, _ = grpo.policy_loss(logp, logp.detach(), adv, mask, ref, kl_coef=0.1, loss_agg=agg, token_weights=torch.zeros(N, T))
+        assert torch.allclose(z, 0.1 * grpo.aggregate(grpo.kl_k3(logp, ref), mask, agg))

