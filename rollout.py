@@ -125,7 +125,10 @@ class VLLMEngine(Engine):
         on_gpu = torch.cuda.is_available()
         if not on_gpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(cpu_kv_cache_gib)))
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # no INFO lines on every weight sync
         from vllm import LLM  # lazy: this module imports without vllm
+
+        _quiet_expected_reload_warnings()
 
         self.tok, self.eos = tokenizer, tokenizer.eos_token_id
         rank, world = 0, 1
@@ -291,6 +294,21 @@ def _refresh_tied_lm_head(worker) -> bool:
         return False
     head.quant_method.process_weights_after_loading(head)
     return True
+
+
+def _quiet_expected_reload_warnings() -> None:
+    """Every `reload_weights` makes vLLM (0.32.0, model_loader/reload/layerwise.py) warn "RotaryEmbedding: Failed
+    to load weights" (a buffer, not a checkpoint weight) and "ParallelLMHead: ..." (tied to the embedding: fixed by
+    `_refresh_tied_lm_head`). Both are expected here, once per optimizer step; any other warning still shows."""
+    import logging
+
+    class _Expected(logging.Filter):
+        def filter(self, record):
+            return not (record.getMessage() in ("RotaryEmbedding: Failed to load weights", "ParallelLMHead: Failed to load weights"))
+
+    lg = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    if not any(type(f).__name__ == "_Expected" for f in lg.filters):
+        lg.addFilter(_Expected())
 
 
 def _has_reload_weights(worker) -> bool:

@@ -119,7 +119,7 @@ class Config:
     recipe: str = opt("grpo", "preset of a paper's settings: " + ", ".join(RECIPES) + " (see RECIPES in train.py and the README)")
     dynamic_sampling: bool = opt(False, "DAPO: keep only groups with mixed correctness, regenerating until the batch is full")
     max_gen_rounds: int = opt(10, "DAPO: cap on generation rounds per step under dynamic sampling (<= 0: no cap)")
-    seamless: bool = opt(False, "MiMo: seamless rollout for --dynamic-sampling (seamless.py): waves sized by the pass-rate estimate, scoring overlapped with generation, FIFO early termination; one process only")
+    seamless: bool = opt(False, "MiMo: seamless rollout for --dynamic-sampling (seamless.py): launches sized by the pass-rate estimate (continuous batching with --rollout vllm, waves with hf), scoring overlapped with generation, FIFO early termination; one process only")
     seamless_max_wave: int = opt(0, "MiMo seamless rollout: cap on prompts per wave (0 = half the step's prompts)")
     overlong_buffer: int = opt(0, "DAPO: L_cache of the soft overlong punishment (Eq. 13; L_max = --max-new-tokens); 0 = off")
     overlong_filter: bool = opt(False, "DAPO: mask the loss of truncated responses (overlong filtering)")
