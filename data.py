@@ -106,13 +106,20 @@ _BOXED = "\\boxed"
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last \\boxed{...} in `text` (balanced braces), or None."""
+    """Content of the last \\boxed{...} in `text` (balanced braces), or None.
+
+    `\\boxed 5` (LaTeX's brace-less argument, which MATH's `last_boxed_only_string` also reads) gives the token
+    after the space, up to whitespace or `$`. Anything else after `\\boxed` (`\\boxedx`, `\\boxed.`) is no answer:
+    a brace further on belongs to other text."""
     i = text.rfind(_BOXED)
     if i < 0:
         return None
-    j = text.find("{", i)
-    if j < 0:
+    rest = text[i + len(_BOXED):]
+    if not rest.lstrip().startswith("{"):
+        if rest[:1] in (" ", "\t") and rest.split():
+            return rest.split()[0].split("$")[0]
         return None
+    j = i + len(_BOXED) + rest.index("{")
     depth = 0
     for k in range(j, len(text)):
         if text[k] == "{":
@@ -185,10 +192,12 @@ def row_to_example(row: dict, schema: str | None = None) -> Example:
         raise ValueError("field 'answer' is missing or empty")
     level = row.get("difficulty", row.get("level"))
     if level is not None:
+        if isinstance(level, str) and level.strip().startswith("Level "):  # MATH: "Level 1".."Level 5", "Level ?"
+            level = level.strip()[len("Level "):]
         try:
             level = int(level)
         except (TypeError, ValueError):
-            level = None  # MATH's "Level 5" strings and the like: not our 1-5 integer scale
+            level = None  # "Level ?" and other labels off the 1-5 scale: unknown
         if level is not None and not 1 <= level <= 5:
             raise ValueError(f"field 'difficulty' must be an integer 1-5, got {level}")
     pr = row.get("pass_rate")

@@ -40,8 +40,8 @@ def test_math_last_boxed_with_nested_braces():
     assert ex[0].prompt == "Simplify $\\frac{6}{8}$."
     # Row 2 has \boxed{-7} first and \boxed{7} last: the last one is the answer.
     assert ex[1].answer == "7"
-    # MATH's "Level 3" strings are deliberately not mapped to the 1-5 scale (data.py row_to_example comment).
-    assert all(e.level is None for e in ex)
+    # MATH's "Level N" strings are its 1-5 difficulty scale
+    assert [e.level for e in ex] == [1, 2, 3, 5]  # the fixture's "Level 1", "Level 2", "Level 3", "Level 5"
 
 
 def test_math500_answer_field_wins_over_solution():
@@ -219,6 +219,12 @@ def test_builtin_errors():
     ("\\boxed{5} and then \\boxed{6", None),  # the last \\boxed is unbalanced (truncated): no answer
     ("\\boxed{{1}", None),
     ("\\boxed", None),
+    ("\\boxed 5", "5"),  # brace-less argument
+    ("so \\boxed 12$ done", "12"),
+    ("\\boxed 5 and then {x}", "5"),  # not the brace further on
+    ("\\boxedx {3}", None),
+    ("\\boxed. {3}", None),
+    ("\\boxed {7}", "7"),
 ])
 def test_last_boxed(text, want):
     assert data.last_boxed(text) == want
@@ -243,3 +249,11 @@ def test_build_prompt_plain():
         f"Question: {q}\nPlease reason step by step, and put your final answer within \\boxed{{}}.\nAnswer: "
     )
     assert data.build_prompt(None, "1+2") == "Question: 1+2\n" + data.INSTRUCTION + "\nAnswer: "
+
+
+def test_math_level_strings():
+    row = {"problem": "p", "solution": "\\boxed{1}"}
+    assert data.row_to_example({**row, "level": "Level 4"}).level == 4
+    assert data.row_to_example({**row, "level": "Level ?"}).level is None  # MATH has a few of these
+    with pytest.raises(ValueError, match="1-5"):
+        data.row_to_example({**row, "level": "Level 9"})
