@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import random
-import re
 from dataclasses import dataclass, field
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."

@@ -33,7 +33,6 @@ import math
 import os
 import random
 import shutil
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -443,22 +442,11 @@ def main(argv=None):
             rewards = (torch.tensor(rewards) + dapo.overlong_penalty([c.length for c in comps], sp.max_new_tokens, cfg.overlong_buffer)).tolist()
         return Round(idx, exs, prompts, comps, rewards, correct, G), rm["reward/timeouts"]
 
-    t_start = time.time()
-    if not evals:
-        if accelerator.is_main_process:
-            print(f"evaluating the initial policy on {len(eval_set)} held-out problems ...", flush=True)
-        run_eval(0)
-    bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, disable=not accelerator.is_main_process, dynamic_ncols=True)
-    for step in bar:
-        t0, extra, observed = time.time(), {}, []
-        stage = sampler.stage_at(step) if stages else None  # curriculum: this stage's G, batch and length
-        G = stage.group_size if stage else cfg.group_size
-        n_prompts = stage.batch_size if stage else cfg.batch_size // cfg.group_size
-        if n_prompts % world:
-            raise SystemExit(f"error: {n_prompts} prompts per step do not split over {world} processes")
-        sp = SamplingParams(cfg.temperature, cfg.top_p, stage.max_new_tokens if stage else cfg.max_new_tokens)
-        # 1.-3. sample prompts, generate G completions each, score them; with dynamic sampling (DAPO Alg. 1), repeat
-        # until n_prompts groups of mixed correctness are kept (first ones in generation order; surplus discarded)
+    def rollout_batch(step, n_prompts, G, sp, extra, observed):
+        """Steps 1-3 for one training step: the batch (a Round), reward timeouts, responses generated. Plain: one
+        round. Dynamic sampling (DAPO Alg. 1): rounds until n_prompts groups of mixed correctness are kept (the
+        first ones in generation order; surplus discarded), or MiMo's seamless scheduler. Fills `extra` (metrics)
+        and `observed` (every generated group's pass rate)."""
         if cfg.dynamic_sampling and seamless_ro is not None:  # MiMo Sec. 3.4.1 (seamless.py): same groups format
             seamless_ro.G, seamless_ro.max_groups = G, n_prompts * cfg.max_gen_rounds if cfg.max_gen_rounds > 0 else 10**9
             seamless_ro.shape = (lambda comps, r: (torch.tensor(r) + dapo.overlong_penalty(  # noqa: E731
@@ -486,6 +474,24 @@ def main(argv=None):
         else:
             batch, timeouts = generate_round(step, n_prompts, G, sp)
             n_gen = len(batch.comps)
+        return batch, timeouts, n_gen
+
+    t_start = time.time()
+    if not evals:
+        if accelerator.is_main_process:
+            print(f"evaluating the initial policy on {len(eval_set)} held-out problems ...", flush=True)
+        run_eval(0)
+    bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, disable=not accelerator.is_main_process, dynamic_ncols=True)
+    for step in bar:
+        t0, extra, observed = time.time(), {}, []
+        stage = sampler.stage_at(step) if stages else None  # curriculum: this stage's G, batch and length
+        G = stage.group_size if stage else cfg.group_size
+        n_prompts = stage.batch_size if stage else cfg.batch_size // cfg.group_size
+        if n_prompts % world:
+            raise SystemExit(f"error: {n_prompts} prompts per step do not split over {world} processes")
+        sp = SamplingParams(cfg.temperature, cfg.top_p, stage.max_new_tokens if stage else cfg.max_new_tokens)
+        # 1.-3. sample prompts, generate G completions each, score them (dynamic sampling: until the batch is full)
+        batch, timeouts, n_gen = rollout_batch(step, n_prompts, G, sp, extra, observed)
         t_gen = time.time() - t0
         # pass rates of every generated group feed MiMo's easy pool and the curriculum's online filter; every
         # process sees all of them, so the samplers stay identical
@@ -520,21 +526,9 @@ def main(argv=None):
         last_nll = umetrics.pop("policy/sampled_nll", last_nll)
         engine.sync_weights(policy)
         # 6. log / evaluate / save
-        comps = batch.comps
-        stats = accelerator.gather(torch.tensor(
-            [sum(batch.rewards), sum(r * r for r in batch.rewards), sum(batch.correct), len(comps), sum(c.length for c in comps),
-             max(c.length for c in comps), sum(c.truncated for c in comps), timeouts,
-             float((rewards_t.view(-1, G).std(1) == 0).sum()), len(batch.idx), n_gen], dtype=torch.float64).to(accelerator.device)
-        ).view(world, -1).cpu()
-        s = stats.sum(0)
-        s[5] = stats[:, 5].max()
-        n = s[3].item()
+        row = {"step": step + 1, **step_stats(accelerator, batch, rewards_t, G, timeouts, n_gen), **extra, **umetrics}
         dt = time.time() - t0
-        row = {"step": step + 1, "reward/mean": s[0].item() / n, "reward/std": math.sqrt(max(0.0, s[1].item() / n - (s[0].item() / n) ** 2)),
-               "rollout/accuracy": s[2].item() / n, "rollout/frac_zero_std": s[8].item() / s[9].item(),
-               "rollout/response_length": s[4].item() / n, "rollout/response_length_max": s[5].item(),
-               "rollout/truncated_frac": s[6].item() / n, "reward/timeouts": int(s[7].item()), "rollout/generated": int(s[10].item()),
-               **extra, **umetrics, "perf/tokens_per_s": s[4].item() / dt, "perf/step_time_s": dt, "perf/gen_time_s": t_gen}
+        row.update({"perf/tokens_per_s": row.pop("_tokens") / dt, "perf/step_time_s": dt, "perf/gen_time_s": t_gen})
         history.append(row)
         bar.set_postfix(reward=f"{row['reward/mean']:.3f}", acc=f"{row['rollout/accuracy']:.3f}", len=f"{row['rollout/response_length']:.1f}")
         done = step + 1 == cfg.max_steps
@@ -568,6 +562,24 @@ def main(argv=None):
               f"({len(eval_set)} problems, {summary['wall_time_s']:.0f}s); run directory: {cfg.output_dir}")
     accelerator.wait_for_everyone()
     return history
+
+
+def step_stats(accelerator, batch, rewards_t, G, timeouts, n_gen) -> dict:
+    """The step's rollout metrics, summed over processes (`_tokens`: response tokens, for the throughput)."""
+    world, comps = accelerator.num_processes, batch.comps
+    stats = accelerator.gather(torch.tensor(
+        [sum(batch.rewards), sum(r * r for r in batch.rewards), sum(batch.correct), len(comps), sum(c.length for c in comps),
+         max(c.length for c in comps), sum(c.truncated for c in comps), timeouts,
+         float((rewards_t.view(-1, G).std(1) == 0).sum()), len(batch.idx), n_gen], dtype=torch.float64).to(accelerator.device)
+    ).view(world, -1).cpu()
+    s = stats.sum(0)
+    s[5] = stats[:, 5].max()
+    n = s[3].item()
+    return {"reward/mean": s[0].item() / n, "reward/std": math.sqrt(max(0.0, s[1].item() / n - (s[0].item() / n) ** 2)),
+            "rollout/accuracy": s[2].item() / n, "rollout/frac_zero_std": s[8].item() / s[9].item(),
+            "rollout/response_length": s[4].item() / n, "rollout/response_length_max": s[5].item(),
+            "rollout/truncated_frac": s[6].item() / n, "reward/timeouts": int(s[7].item()), "rollout/generated": int(s[10].item()),
+            "_tokens": s[4].item()}
 
 
 def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_ids, adv, truncated, alpha, step, c3po,
