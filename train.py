@@ -625,9 +625,10 @@ def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_i
             if cfg.token_budget:  # C3PO: greedy selection of exactly Phi tokens (Phi / world per process), rollout order
                 kept = c3po.budget_select(lens, cfg.token_budget // world) if mb else torch.zeros(0, dtype=torch.long)
                 extra = c3po.budget_metrics(lens, kept, cfg.token_budget // world) if mb else extra
-            n_tok = float(sum(lens)) if kept is None else float(kept.sum())
-            if cfg.overlong_filter:
-                n_tok = float(sum(l for l, i in zip(lens, mb) if not truncated[i]))
+            n_tok_i = lens if kept is None else kept.tolist()  # tokens each response contributes to the loss
+            if cfg.overlong_filter:  # truncated responses contribute none
+                n_tok_i = [0 if truncated[i] else t for t, i in zip(n_tok_i, mb)]
+            n_tok = float(sum(n_tok_i))
             counts = accelerator.reduce(torch.tensor([float(len(mb)), n_tok], device=device), "sum").cpu() / world
             seqs, toks = max(counts[0].item(), 1e-9), max(counts[1].item(), 1e-9)
             stats = []
