@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -118,7 +119,7 @@ class Config:
     recipe: str = opt("grpo", "preset of a paper's settings: " + ", ".join(RECIPES) + " (see RECIPES in train.py and the README)")
     dynamic_sampling: bool = opt(False, "DAPO: keep only groups with mixed correctness, regenerating until the batch is full")
     max_gen_rounds: int = opt(10, "DAPO: cap on generation rounds per step under dynamic sampling (<= 0: no cap)")
-    seamless: bool = opt(False, "MiMo: seamless rollout for --dynamic-sampling (seamless.py): launches sized by the pass-rate estimate (continuous batching with --rollout vllm, waves with hf), scoring overlapped with generation, FIFO early termination; one process only")
+    seamless: bool = opt(False, "MiMo: seamless rollout for --dynamic-sampling (seamless.py): launches sized by the pass-rate estimate (continuous batching with --rollout vllm, waves with hf), scoring overlapped with generation, FIFO early termination; with N processes each collects its share of the batch")
     seamless_max_wave: int = opt(0, "MiMo seamless rollout: cap on prompts per wave (0 = half the step's prompts)")
     overlong_buffer: int = opt(0, "DAPO: L_cache of the soft overlong punishment (Eq. 13; L_max = --max-new-tokens); 0 = off")
     overlong_filter: bool = opt(False, "DAPO: mask the loss of truncated responses (overlong filtering)")
@@ -377,8 +378,6 @@ def main(argv=None):
     kind = "code" if schema == "code" else "math"
     seamless_ro = None
     if cfg.seamless:
-        if accelerator.num_processes > 1:  # per-process wave sizes would desynchronise the prompt samplers
-            raise SystemExit("error: --seamless: supported on one process only (drop --seamless under accelerate launch)")
         import seamless
 
         seamless_ro = seamless.SeamlessRollout(  # streaming with --rollout vllm (continuous batching), else waves
@@ -423,9 +422,13 @@ def main(argv=None):
         evals.append(row)
         return row
 
-    def take_prompts(step, n_global):
-        """Every process draws the same global list (samplers stay in lockstep) and keeps its slice of whole groups."""
+    def take_prompts(step, n_global, strided=False):
+        """Every process draws the same global list (samplers stay in lockstep) and keeps its slice of whole groups:
+        a contiguous block, or (strided) every world-th prompt from its rank on, so that draws of any sizes give
+        each process its own prompts."""
         idx = sampler.next_batch(step, n_global)[0] if stages else sampler.sample(n_global) if cfg.easy_pool_alpha > 0 else sampler.take(n_global)
+        if strided:
+            return idx[rank::world]
         n_local = n_global // world
         return idx[rank * n_local : (rank + 1) * n_local]
 
@@ -448,12 +451,22 @@ def main(argv=None):
         first ones in generation order; surplus discarded), or MiMo's seamless scheduler. Fills `extra` (metrics)
         and `observed` (every generated group's pass rate)."""
         if cfg.dynamic_sampling and seamless_ro is not None:  # MiMo Sec. 3.4.1 (seamless.py): same groups format
-            seamless_ro.G, seamless_ro.max_groups = G, n_prompts * cfg.max_gen_rounds if cfg.max_gen_rounds > 0 else 10**9
+            n_local = n_prompts // world  # each process collects its share of the groups
+            seamless_ro.G, seamless_ro.max_groups = G, n_local * cfg.max_gen_rounds if cfg.max_gen_rounds > 0 else 10**9
             seamless_ro.shape = (lambda comps, r: (torch.tensor(r) + dapo.overlong_penalty(  # noqa: E731
                 [c.length for c in comps], sp.max_new_tokens, cfg.overlong_buffer)).tolist()) if cfg.overlong_buffer else None
-            nxt = lambda k: [(i, train_set[i], data.build_prompt(tok, train_set[i].prompt, kind), train_set[i].answer)  # noqa: E731
-                             for i in take_prompts(step, k)]
-            batch = Round.from_groups(seamless_ro.collect(nxt, n_prompts, sp), G)
+            drawn = [0]
+
+            def nxt(k):  # k prompts for this process: positions rank, rank + world, ... of the global draw
+                drawn[0] += k
+                return [(i, train_set[i], data.build_prompt(tok, train_set[i].prompt, kind), train_set[i].answer)
+                        for i in take_prompts(step, k * world, strided=True)]
+
+            batch = Round.from_groups(seamless_ro.collect(nxt, n_local, sp), G)
+            if world > 1:  # processes drew different amounts: all draw (and skip) up to the largest, in lockstep
+                most = int(accelerator.reduce(torch.tensor([float(drawn[0])], device=accelerator.device), "max").item())
+                if most > drawn[0]:
+                    take_prompts(step, (most - drawn[0]) * world)
             observed.extend(seamless_ro.last_observed)  # every scored group, for the easy pool / online filter
             extra.update(seamless_ro.last_metrics)
             timeouts, n_gen = extra.pop("reward/timeouts"), extra.pop("rollout/generated")
@@ -502,6 +515,11 @@ def main(argv=None):
         elif stages:
             sampler.observe([i for i, _ in seen], [p for _, p in seen])
             extra.update(sampler.metrics())
+        if world > 1:  # invariant: every process holds the same prompt sampler (else they train on other data)
+            st = {k: v for k, v in sampler.state_dict().items() if k != "last_share"}  # last_share: a metric
+            digests = gather_object([hashlib.sha256(repr(st).encode()).hexdigest()])
+            if len(set(digests)) > 1:
+                raise RuntimeError(f"step {step + 1}: the prompt samplers of the {world} processes diverged")
         # 4. group-relative advantages (a group lives on one process, so this is exact)
         rewards_t = torch.tensor(batch.rewards)
         adv = grpo.group_advantages(rewards_t, G, scale_by_std=cfg.scale_adv_by_std)  # (N,)

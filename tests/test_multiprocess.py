@@ -72,3 +72,19 @@ def test_two_process_update_equals_one_process(tiny_model_path, tmp_path):
         assert a["grad"].abs().max() > 1e-3, name  # a real gradient, not zeros
         assert abs(a["loss"] - b["loss"]) <= 1e-6 * max(1.0, abs(a["loss"])), (name, a["loss"], b["loss"])
         torch.testing.assert_close(b["grad"], a["grad"], rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
+
+
+def test_two_process_seamless_mimo(trained_model_path, tmp_path):
+    """--seamless under 2 processes: each collects half the groups from its own strided share of the prompt stream,
+    then both draw up to the larger count, so the prompt samplers (MiMo's easy pool here) stay identical -- train.py
+    checks that every step (sampler digests gathered) and stops if they diverge."""
+    out = tmp_path / "run"
+    launch(2, "train.py", "--model", trained_model_path, "--output-dir", str(out), "--recipe", "mimo", "--seamless",
+           "--batch-size", "32", "--group-size", "4", "--mini-batch-size", "32", "--micro-batch-size", "8",
+           "--max-steps", "3", "--eval-problems", "8", "--reward-workers", "0", "--max-new-tokens", "40",
+           "--eval-every", "0", "--max-gen-rounds", "20")
+    rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    assert [row["step"] for row in rows] == [1, 2, 3]
+    assert all(row["rollout/frac_zero_std"] == 0.0 for row in rows)  # both halves: mixed groups only
+    assert all(row["rollout/generated"] >= 32 for row in rows)  # gathered over both processes
+    assert rows[-1]["data/easy_pool_size"] > 0
