@@ -711,9 +711,11 @@ def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_i
             n_upd += 1
     out = {f"policy/{k}" if k != "grad_norm" else "perf/grad_norm": v / n_upd for k, v in agg.items()}
     out.update({"policy/updates": n_upd, "perf/lr": optimizer.param_groups[0]["lr"], **extra})
-    if tis_stats[3]:
-        out.update({"policy/tis_weight_mean": tis_stats[0] / tis_stats[3], "policy/tis_capped_frac": tis_stats[1] / tis_stats[3],
-                    "policy/engine_logp_gap": tis_stats[2] / tis_stats[3]})
+    if engine_lp is not None:  # over every process's tokens (each process has its own engine to check)
+        t = accelerator.reduce(torch.tensor(tis_stats, dtype=torch.float64, device=device), "sum").tolist()
+        if t[3]:
+            out.update({"policy/tis_weight_mean": t[0] / t[3], "policy/tis_capped_frac": t[1] / t[3],
+                        "policy/engine_logp_gap": t[2] / t[3]})
     if nll_tok:
         out["policy/sampled_nll"] = nll_sum / nll_tok
     if alpha:

