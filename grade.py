@@ -447,7 +447,7 @@ def cmd_grade(a, engine=None, tokenizer=None) -> list[dict]:
         import rollout
         import tiny
         from reward import MathReward
-        from train import load_model
+        from rollout import load_model
 
         model_name = a.model or tiny.get_tiny_model()
         dtype = {"auto": torch.bfloat16 if torch.cuda.is_available() else torch.float32, "float32": torch.float32,

@@ -10,6 +10,8 @@ Notable features
   * temperature 0 means greedy decoding (evaluation).
   * Each completion is cut after its first EOS; `truncated` is True when none came within `max_new_tokens`.
     `length` counts the response tokens including the EOS (what DAPO's length penalty uses).
+  * `load_model`: a model and its tokenizer from a directory or hub name, for the trainer, the engines and
+    `grade.py`, with one clear error for a path that is not a model.
   * `VLLMEngine` (`make_engine("vllm", ..., model_path=...)`): vLLM colocated in the training process, the same
     conventions plus per-token sampling log-probs; `sync_weights` pushes the trainer's weights after each
     optimizer step. `tis_weights`: truncated importance-sampling weights for the engine/trainer mismatch.
@@ -18,6 +20,7 @@ Notable features
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -340,6 +343,40 @@ def tis_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: tor
     m = mask.bool()
     diff = (trainer_logp.detach() - engine_logp.detach()).masked_fill(~m, 0.0)
     return torch.exp(diff).clamp(max=cap) * m
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def load_model(path: str, dtype, flag: str = "--model"):
+    """(model, tokenizer) from a local directory or a hub name; pad token = EOS when the tokenizer has none.
+
+    A local directory is checked before transformers sees it, so a wrong path ends in one line naming what is
+    missing (`error: --model DIR: no config.json ...`) instead of a traceback from deep inside the tokenizer.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    local = os.path.expanduser(path)
+    looks_local = os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1 or os.path.exists(local)
+    if looks_local:
+        if not os.path.isdir(local):
+            raise SystemExit(f"error: {flag} {path!r}: no such directory")
+        names = set(os.listdir(local))
+        if "config.json" not in names:
+            raise SystemExit(f"error: {flag} {path!r}: not a model directory (no config.json; expected a directory "
+                             "written by save_pretrained)")
+        if not names & set(TOKENIZER_FILES):
+            raise SystemExit(f"error: {flag} {path!r}: no tokenizer in the directory (expected one of "
+                             f"{', '.join(TOKENIZER_FILES)}; save the tokenizer beside the model)")
+    try:
+        tok = AutoTokenizer.from_pretrained(local if looks_local else path)
+        model = AutoModelForCausalLM.from_pretrained(local if looks_local else path, dtype=dtype)
+    except (OSError, ValueError) as e:
+        where = "model directory" if looks_local else "local directory or reachable hub model"
+        raise SystemExit(f"error: {flag} {path!r}: cannot load a model from it (not a {where}): {str(e).splitlines()[0]}")
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return model, tok
 
 
 def make_engine(name: str, model, tokenizer, **kw) -> Engine:

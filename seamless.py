@@ -11,7 +11,7 @@ the last round overshoots by up to a whole round. Here instead:
         wave    = clip(ceil(deficit / p_valid), min_wave, max_wave)      (launched only if deficit > 0)
     With a streaming engine a group still generating after a engine steps counts P(valid | duration > a) instead
     of p_valid (`RunningRate`): quick groups and slow groups are not equally often valid, and the quick ones are
-    scored first. On the built-in task this halved the surplus of valid groups (17% -> 8%, bench_seamless.py).
+    scored first. On the built-in task this halved the surplus of valid groups (17% -> 8%, bench/seamless_waste.py).
   * Asynchronous reward: completions are scored on a worker thread (`score`, e.g. reward.MathReward, which itself
     verifies on processes) while the main thread keeps generating.
   * Two engine modes. A streaming engine (`submit`/`poll`/`abort`: rollout.VLLMEngine, vLLM's continuous
@@ -97,7 +97,7 @@ class RunningRate:
     others: on the built-in task the quick ones are mostly bare answers, all right or all wrong, while groups still
     running are mostly valid. Predicting every in-flight group with the overall p_valid then under-counts them,
     launches groups that are not needed, and the surplus grows (measured: 17% of valid groups with the overall p,
-    see bench_seamless.py). So each scored group's duration (engine steps from submission to its last sample) is
+    see bench/seamless_waste.py). So each scored group's duration (engine steps from submission to its last sample) is
     recorded with its validity, counts decayed across steps like PassRateEstimator, and an in-flight group of age a
     is predicted by the share of valid groups among those that took longer than a, shrunk towards p with `weight`
     pseudo-counts. Durations are capped at `max_age`.

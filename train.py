@@ -11,7 +11,7 @@ The loop (DeepSeekMath Alg. 1, as the seed papers run it), one iteration per `st
   1. sample B prompts                  (B = batch_size / group_size, sharded over processes, groups whole;
                                         MiMo's easy pool: resample.py; staged difficulty: curriculum.py)
   2. generate G completions for each   (rollout.py: HF generate or vLLM)
-  3. score them                        (reward.py: math-verify; code_reward.py: sandboxed tests; DAPO's
+  3. score them                        (reward.py: math-verify; coding/: sandboxed tests; DAPO's
                                         overlong shaping: dapo.py) -- with dynamic sampling (dapo.py), 1-3
                                         repeat until B groups of mixed correctness are kept
   4. group-relative advantages         (grpo.py; Skywork's rejection sampling: curriculum.py)
@@ -41,7 +41,7 @@ import torch
 
 import data
 import grpo
-from rollout import SamplingParams
+from rollout import SamplingParams, load_model
 
 
 def opt(default, help):
@@ -263,23 +263,6 @@ def latest_checkpoint(output_dir: str) -> str | None:
     return os.path.join(output_dir, max(cks, key=lambda d: int(d.split("-")[1]))) if cks else None
 
 
-def load_model(path: str, dtype):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    looks_local = os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1
-    if looks_local and not os.path.isdir(os.path.expanduser(path)):
-        raise SystemExit(f"error: --model {path!r}: no such directory")
-    try:
-        tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    except OSError as e:
-        where = "local directory" if os.path.isdir(path) else "local directory or reachable hub model"
-        raise SystemExit(f"error: --model {path!r}: cannot load a model from it (not a {where}): {str(e).splitlines()[0]}")
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
-    return model, tok
-
-
 def plot_curves(rows: list[dict], evals: list[dict], path: str):
     import matplotlib
 
@@ -372,7 +355,7 @@ def main(argv=None):
 
         reward_fn = MathReward(cfg.correct_reward, cfg.wrong_reward, cfg.reward_timeout, cfg.reward_workers)
     else:
-        from code_reward import CodeReward
+        from coding.code_reward import CodeReward
 
         reward_fn = CodeReward({"code": "all_or_nothing", "code-strict": "strict", "code-soft": "soft"}[cfg.reward])
     kind = "code" if schema == "code" else "math"

@@ -19,6 +19,7 @@ import torch
 torch.set_num_threads(1)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import rollout  # noqa: E402
 import train  # noqa: E402
 
 N_GROUPS, G = 4, 4
@@ -57,7 +58,7 @@ def main(model_path: str, out_path: str):
     acc = Accelerator(cpu=True)
     world, rank = acc.num_processes, acc.process_index
     torch.manual_seed(0)
-    model, tok = train.load_model(model_path, torch.float32)
+    model, tok = rollout.load_model(model_path, torch.float32)
     model.config.use_cache = False
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
     model, optimizer = acc.prepare(model, optimizer)

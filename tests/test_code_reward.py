@@ -14,9 +14,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-import code_difficulty as cd  # noqa: E402
-import code_reward as cr  # noqa: E402
-from sandbox import Limits  # noqa: E402
+import coding.code_difficulty as cd  # noqa: E402
+import coding.code_reward as cr  # noqa: E402
+from coding.sandbox import Limits  # noqa: E402
 
 FIX = os.path.join(ROOT, "fixtures", "code")
 PROBLEMS = {p["id"]: p for p in cr.load_code_problems(os.path.join(FIX, "problems.jsonl"))}
@@ -190,9 +190,9 @@ def test_difficulty_script_end_to_end(tmp_path):
     sols = [{"problem_id": "max_subarray", "completions": [completion("max_subarray", k) for k in ("correct", "partial")]},
             {"problem_id": 1, "passed": [[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 1, 0], [1, 1, 1, 0, 0, 0, 0]]}]
     sols_path.write_text("".join(json.dumps(s) + "\n" for s in sols))
-    subprocess.run([sys.executable, os.path.join(ROOT, "code_difficulty.py"), "--problems", str(probs_path),
+    subprocess.run([sys.executable, "-m", "coding.code_difficulty", "--problems", str(probs_path),
                     "--solutions", str(sols_path), "--levels", "3", "--out", str(out_path), "--no-progress"],
-                   check=True, capture_output=True, cwd=str(tmp_path))
+                   check=True, capture_output=True, cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=ROOT))
     out = cr.load_code_problems(str(out_path))
     # max_subarray: pass rates 1 x5, 0.5 x2 -> two levels (ties kept together)
     assert out[0]["test_pass_rates"] == [1, 1, 1, 1, 1, 0.5, 0.5]
@@ -205,7 +205,7 @@ def test_difficulty_script_end_to_end(tmp_path):
 def test_difficulty_script_reports_bad_input(tmp_path):
     sols = tmp_path / "s.jsonl"
     sols.write_text('{"completions": []}\n')
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "code_difficulty.py"), "--problems",
+    r = subprocess.run([sys.executable, "-m", "coding.code_difficulty", "--problems",
                         os.path.join(FIX, "problems.jsonl"), "--solutions", str(sols), "--out", str(tmp_path / "o.jsonl")],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, cwd=ROOT)
     assert r.returncode != 0 and f"{sols}:1: missing field 'problem_id'" in r.stderr

@@ -14,8 +14,8 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import sandbox  # noqa: E402
-from sandbox import Limits, run_python  # noqa: E402
+from coding import sandbox  # noqa: E402
+from coding.sandbox import Limits, run_python  # noqa: E402
 
 ISO = sandbox.isolation()
 FAST = Limits(timeout=1.0)

@@ -5,7 +5,7 @@ Prints a table: trivial program executed in-process (exec), as a plain subproces
 isolated subprocess (-I -S), and in the sandbox (sequential latency), then sandboxed test
 executions per second with a parallel pool (threads driving sandbox processes).
 
-Run:  python bench_sandbox.py [--n 60] [--workers 2]
+Run:  python bench/sandbox_speed.py [--n 60] [--workers 2]
 """
 
 import argparse
@@ -14,7 +14,9 @@ import subprocess
 import sys
 import time
 
-import sandbox
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project is one folder up
+
+from coding import sandbox
 
 TEST_PROGRAM = "n = int(input())\nprint(sum(range(n)))\n"  # a typical tiny stdin/stdout test
 

@@ -26,7 +26,7 @@ Output: the problems (normalised to the `tests` schema of code_reward.py) with e
 `level` filled in, plus `test_levels` and `test_pass_rates`; written atomically (temp file in the
 same directory, then rename), so a crash never leaves a half-written dataset.
 
-Run:  python code_difficulty.py --problems fixtures/code/problems.jsonl \
+Run:  python -m coding.code_difficulty --problems fixtures/code/problems.jsonl \
           --solutions samples.jsonl --levels 3 --out problems_leveled.jsonl
 """
 
@@ -39,7 +39,8 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from code_reward import CodeDataError, grade, load_code_problems
+from coding.code_reward import grade
+from data import CodeDataError, load_code_problems
 
 
 def assign_levels(pass_rates: list[float], num_levels: int) -> list[int]:

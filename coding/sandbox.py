@@ -91,12 +91,12 @@ BOOTSTRAP_ERROR = "sandbox-bootstrap-error:"  # stderr prefix when the sandbox i
 SLOT_UID_BASE, SLOT_UID_COUNT = 61000, 1000  # per-slot uids 61000..61999; must not belong to real users
 SLOT_LOCK_DIR = "/run/grpo-sandbox" if os.path.isdir("/run") else "/tmp/grpo-sandbox-locks"
 MAX_SLOTS = 64  # at most this many concurrent runs per process; more wait for a free slot
-PROJECT_DIR = os.path.dirname(os.path.abspath(__file__))
+PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout (this file is in coding/)
 HIDDEN_DIRS = ("/var/tmp", "/dev/shm", "/run/lock", "/root", "/home", PROJECT_DIR)
 # Per-slot memory + pids cgroups give a hard total memory cap per run (otherwise the bound is
 # nproc x RLIMIT_AS). Moving a process into a cgroup v1 adds ~20-50 ms of latency per run here
 # (the kernel waits for an RCU grace period on attach), but it is sleep, not CPU: a parallel pool
-# loses no throughput (bench_sandbox.py). GRPO_SANDBOX_CGROUPS=0 turns them off.
+# loses no throughput (bench/sandbox_speed.py). GRPO_SANDBOX_CGROUPS=0 turns them off.
 USE_CGROUPS = os.environ.get("GRPO_SANDBOX_CGROUPS", "1") != "0"
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
 _KILL = shutil.which("kill") or "/bin/kill"

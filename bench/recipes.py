@@ -1,12 +1,15 @@
 """Train every recipe on the default task (CPU) and print one table: accuracy before / after, wall time, and the
 metrics each technique adds (averaged over the run). The README's recipe table is this script's output.
 
-    python bench_recipes.py                              # all recipes, default settings
-    python bench_recipes.py --recipes dapo,c3po -- --max-steps 60 --threads 1   # after --: extra train.py flags
+    python bench/recipes.py                              # all recipes, default settings
+    python bench/recipes.py --recipes dapo,c3po -- --max-steps 60 --threads 1   # after --: extra train.py flags
 """
+import sys
 import argparse
 import json
 import os
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project is one folder up
 
 import train
 

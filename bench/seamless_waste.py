@@ -1,10 +1,10 @@
 """Naive dynamic sampling (DAPO full-batch rounds) vs MiMo's seamless rollout (seamless.py): wall time and waste.
 
-    python bench_seamless.py                          # stub engine + stub reward (sleeps: no CPU used), ~1 min
-    python bench_seamless.py --reward-ms-per-seq 0    # no reward cost: what the wave scheduling alone buys
-    python bench_seamless.py --real MODEL --steps 3   # the real HF engine on a (tiny) model + MathReward
-    python bench_seamless.py --real MODEL --rollout vllm --steps 10   # vLLM: streaming (continuous batching)
-    python bench_seamless.py --real MODEL --rollout vllm --judge-ms-per-seq 1   # ... with a code judge's cost
+    python bench/seamless_waste.py                          # stub engine + stub reward (sleeps: no CPU used), ~1 min
+    python bench/seamless_waste.py --reward-ms-per-seq 0    # no reward cost: what the wave scheduling alone buys
+    python bench/seamless_waste.py --real MODEL --steps 3   # the real HF engine on a (tiny) model + MathReward
+    python bench/seamless_waste.py --real MODEL --rollout vllm --steps 10   # vLLM: streaming (continuous batching)
+    python bench/seamless_waste.py --real MODEL --rollout vllm --judge-ms-per-seq 1   # ... with a code judge's cost
 
 Stub (default): the default task's batch (--batch-size 256, --group-size 8: 32 groups per step); every prompt
 independently gives a mixed-correctness group with probability --p-valid (0.4), else all right or all wrong. A
@@ -27,10 +27,14 @@ Reported per method (means over --steps steps, after one warm-up step that lets 
 """
 from __future__ import annotations
 
+import os
+import sys
 import argparse
 import random
 import statistics
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project is one folder up
 
 import seamless
 from rollout import Completion, SamplingParams
@@ -78,10 +82,9 @@ def real_setup(model_path, seed, rollout_name, max_new_tokens):
     import torch
 
     import rollout
-    import train
 
     torch.manual_seed(seed)
-    model, tok = train.load_model(model_path, torch.float32)
+    model, tok = rollout.load_model(model_path, torch.float32)
     engine = rollout.make_engine(rollout_name, model, tok, model_path=model_path, seed=seed,
                                  max_model_len=64 + max_new_tokens + 64)
     return engine, tok
