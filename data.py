@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import random
+import sys
 from dataclasses import dataclass, field
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -33,6 +34,25 @@ PLAIN_TEMPLATE = "Question: {question}\n" + INSTRUCTION + "\nAnswer: "
 
 class DataError(ValueError):
     """Bad input data; the message names the file, line and field."""
+
+
+def cli(main, argv=None) -> int:
+    """Run a script's `main`: bad input ends in one line `error: ...` on stderr and exit code 2, no traceback.
+
+    The scripts report bad input by raising DataError (data files) or SystemExit("error: ...") (flags, model and
+    checkpoint directories), always before anything is written. Returns the exit code: `sys.exit(data.cli(main))`.
+    """
+    try:
+        main() if argv is None else main(argv)
+        return 0
+    except DataError as e:
+        msg = f"error: {e}"
+    except SystemExit as e:
+        if not (isinstance(e.code, str) and e.code.startswith("error:")):
+            raise
+        msg = e.code
+    print(msg, file=sys.stderr)
+    return 2
 
 
 @dataclass
