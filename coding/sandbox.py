@@ -4,7 +4,11 @@ Run untrusted Python programs (model completions) in a throwaway, resource-limit
 Used by code_reward.py for the test-case rewards of Skywork-OR1 (algorithms.md §3.7: 1 iff all
 tests pass), Ring-lite (same) and MiMo (§3.3.1, test-difficulty-driven reward). Stdlib only.
 This contains accidents and reward hacks of an RL policy; it is not a security boundary against
-a determined attacker (no seccomp, no VM, shared kernel).
+a determined attacker (no VM, shared kernel; the seccomp filter covers only the key syscalls).
+
+The program sees a list of places, not the host minus a list: a fresh root that holds the
+interpreter and its stdlib (read-only), the shared libraries they load (read-only), a minimal
+/dev, its own /proc and its own empty /tmp. Nothing else of the host's tree exists for it.
 
 One run (`run_python`):
   1. The parent writes config + program to a root-only temp file and the test input to another,
@@ -14,56 +18,95 @@ One run (`run_python`):
   2. The bootstrap, still root, joins the slot's memory + pids cgroups (where writable), enters
      new network, mount, IPC, UTS and PID namespaces (unshare(2) through ctypes: Python 3.11 has
      no os.unshare) and forks. The root parent stays outside, reaps, and relays the exit status.
-     The child (init of the new PID namespace) mounts a size-capped tmpfs on /tmp as its working
-     directory, a fresh /proc (it sees only its own processes), hides /var/tmp, /dev/shm,
-     /run/lock, /root, /home and the project directory behind empty read-only tmpfs (bind-mounting
-     the Python installation back read-only when it lives there, e.g. pyenv in /root), sets
-     rlimits, raises its nice value, sets no_new_privs, and drops to a per-slot uid/gid
-     (61000 + n) with no supplementary groups, then PR_SET_PDEATHSIG(SIGKILL).
-  3. Only then is the program compiled and executed as `__main__` in the same interpreter. In
+  3. The child (init of the new PID namespace) builds the fresh root on an empty tmpfs:
+       - read-only bind mounts of exactly `isolation()["allowlist"]`: the real path of
+         sys.base_prefix (interpreter, libpython, stdlib, lib-dynload) and the directory of the
+         dynamic loader and libc (the distribution's shared libraries: libssl, libffi, libz...
+         that lib-dynload links). On the dev box: /root/.pyenv/versions/3.11.7 and
+         /usr/lib/x86_64-linux-gnu.
+         A directory, not a list of files: a bind costs ~6 us + ~2 us for the read-only remount
+         (bench/sandbox_speed.py), and a per-file list would miss libraries loaded by dlopen().
+         A virtual environment is not bound: under `-S` its site-packages is never on sys.path.
+       - symlinks as on the host on the way to sys.executable and to the ELF interpreter (a
+         venv's bin/python -> the base interpreter, /lib64 -> usr/lib64 ...), so the interpreter
+         can run itself again (subprocess, multiprocessing's spawn);
+       - /dev with null, zero, random, urandom (device nodes), fd/stdin/stdout/stderr links into
+         /proc/self/fd, and /dev/shm -> /tmp (POSIX semaphores for multiprocessing);
+       - /proc of the new PID namespace, with subset=pid (Linux 5.8+, else the full procfs): only
+         this run's processes, none of /proc/keys, /proc/sys, /proc/mounts...;
+       - /tmp: a size-capped tmpfs owned by the slot uid, the working directory and HOME;
+     then remounts the root read-only and pivot_root()s into it, detaching the old root, so the
+     host's tree is gone from this mount namespace (not just out of reach, as after chroot).
+     No /etc (no passwd, no resolv.conf, no localtime: time is UTC), no /usr/bin, no /sys, no /run.
+  4. It sets rlimits, raises its nice value, sets no_new_privs, drops to a per-slot uid/gid
+     (61000 + n) with no supplementary groups, sets PR_SET_PDEATHSIG(SIGKILL), and installs a
+     seccomp filter that answers EPERM to add_key, request_key and keyctl (see below).
+  5. Only then is the program compiled and executed as `__main__` in the same interpreter. In
      function-call mode the bootstrap then calls the named function with the arguments and prints
      the JSON result after a marker on stdout.
-  4. The parent reads stdout/stderr with caps and enforces the wall-clock timeout. To stop a run
+  6. The parent reads stdout/stderr with caps and enforces the wall-clock timeout. To stop a run
      it runs `kill -KILL -1` as the slot uid (kills every process of that uid, atomically with
      respect to fork), then the session's process group. When init of a PID namespace dies the
      kernel kills and reaps everything inside, so no stray process, not even a zombie, survives.
 Expected outputs never enter the sandbox: comparison happens in the parent (code_reward.py), so
 a program can only score by producing the right answer.
 
+Kernel keyrings are per uid and outlive processes (the user keyring, the user-session keyring,
+the persistent keyring, for days), and the session keyring is inherited from the trainer: a slot
+uid reused by the next run would find what this one stored. No namespace covers them, so the
+seccomp filter refuses the three key syscalls outright (EPERM, as Docker's default profile does)
+instead of giving each run a fresh session keyring, which would leave the per-uid keyrings
+open. The filter also refuses every syscall of another ABI (i386 int 0x80, x32), whose numbers
+it does not check. Other per-uid or per-host state, each with its own namespace per run: SysV
+IPC and POSIX message queues (IPC namespace), abstract unix sockets (network namespace), files
+(nothing writable outlives the run's tmpfs), processes (PID namespace).
+
 Measured on the dev box (root, Linux 6.18, cgroup v1 writable, Python 3.11): RLIMIT_NPROC is
-IGNORED for root (a root process with NPROC=5 forked 20 children), hence the uid drop; a fork
-bomb, memory hog, infinite loop, writes to /tmp or the repo, reading the parent's environment,
-connecting to a loopback listener, kill(getppid()/our pid/-1), deleting our files and 4 MiB+ of
-output are all contained (tests/test_sandbox.py).
+IGNORED for root (a root process with NPROC=5 forked 20 children), hence the uid drop. The
+hostile corpus of tests/test_sandbox.py (resource exhaustion, escapes, persistence between runs,
+snooping: 57 completions, each with a probe of its side effect) is contained; against the
+hide-list sandbox this replaced, 13 of them escaped (keyrings x5, the training data file, host
+unix sockets x2, other checkouts and /etc, and reads through /proc/*/root, user namespaces, chroot).
 
 | threat                      | defence                                                | what remains                           |
 |-----------------------------|--------------------------------------------------------|----------------------------------------|
 | infinite loop, sleep        | wall timeout -> kill; RLIMIT_CPU; stdin is a finite file| none                                  |
-| fork bomb                   | RLIMIT_NPROC on a per-slot uid (root ignores NPROC);   | without root: NPROC counts all our own |
+| fork / thread bomb          | RLIMIT_NPROC on a per-slot uid (root ignores NPROC);   | without root: NPROC counts all our own |
 |                             | pids cgroup; PID namespace torn down with its init      | processes, so a bomb just fails; no    |
 |                             |                                                        | sweep of setsid'ed children            |
 | memory hog                  | RLIMIT_AS per process; memory cgroup per run           | without cgroups: nproc x RLIMIT_AS     |
-| disk fill, write outside cwd| cwd = private size-capped tmpfs on /tmp; host /tmp,    | without namespaces: world-writable host|
-|                             | /var/tmp, /dev/shm hidden; RLIMIT_FSIZE; slot uid owns | dirs (/tmp, /dev/shm) are writable, up |
-|                             | no host file                                           | to RLIMIT_FSIZE per file               |
-| delete/modify project files | unprivileged uid; project dir hidden (mount namespace) | world-writable files anywhere          |
-| read answers, data, keys    | project dir, /root, /home hidden; expected outputs     | other world-readable host files (/etc, |
-|                             | never sent to the child                                | /usr, /opt, data outside the project)  |
+| disk fill, write outside cwd| fresh root read-only; /tmp (and /dev/shm -> /tmp) a    | without namespaces: world-writable host|
+|                             | private size-capped tmpfs; RLIMIT_FSIZE                | dirs (/tmp, /dev/shm) are writable, up |
+|                             |                                                        | to RLIMIT_FSIZE per file               |
+| delete/modify host files    | no host file is in the fresh root but the read-only    | without namespaces: world-writable     |
+|                             | allowlist; unprivileged uid anyway                     | files anywhere                         |
+| read answers, data, other   | not in the fresh root: only the interpreter, its stdlib| the allowlist (read-only software);    |
+| checkouts, /etc, /home      | and the shared-library directory exist; expected       | without namespaces: every world-       |
+|                             | outputs never sent to the child                        | readable host file                     |
+| carry state to a later run  | files: per-run tmpfs; processes: PID ns; SysV IPC and  | without namespaces: world-writable host|
+|                             | mqueues: IPC ns; abstract sockets: net ns; kernel      | dirs; on an arch without a syscall     |
+|                             | keyrings: seccomp EPERM for add_key/request_key/keyctl | table here (_ARCH): keyrings           |
 | read the parent's env       | env scrubbed; own /proc (PID ns); other uid anyway     | none known                             |
-| network, incl. loopback     | network namespace with no interface up: ENETUNREACH    | without namespaces: FULL network. A    |
-|                             |                                                        | Python-level socket patch would not be |
-|                             |                                                        | isolation, so none is pretended        |
-| kill parent / other runs    | other uid -> EPERM; PID namespace hides host pids;     | without root: the child CAN signal the |
+| network, incl. loopback     | network namespace with no interface up: ENETUNREACH;   | without namespaces: FULL network. A    |
+| and unix sockets            | host socket files absent from the fresh root; abstract | Python-level socket patch would not be |
+|                             | sockets are per network namespace                      | isolation, so none is pretended        |
+| kill / trace parent, others | other uid -> EPERM; PID namespace hides host pids;     | without root: the child CAN signal the |
 |                             | one uid per concurrent run                             | trainer (same uid)                     |
+| escape the root             | pivot_root + detach: the host tree is not in the mount | user namespaces may be created (kernel |
+|                             | namespace at all; no caps; unshare(CLONE_NEWUSER) then | attack surface), but show the same root|
+|                             | mount/chroot finds the same fresh root                 |                                        |
 | huge output                 | stdout cap kills the run ("output_limit"); stderr      | none                                   |
 |                             | truncated                                              |                                        |
-| setuid binaries             | PR_SET_NO_NEW_PRIVS                                    | none known                             |
+| setuid binaries             | none in the fresh root; PR_SET_NO_NEW_PRIVS            | none known                             |
 | kernel bugs, side channels  | nothing                                                | everything                             |
 
-Fallbacks, reported once as a RuntimeWarning and by `isolation()`: not root -> no uid drop, no
-namespaces, no cgroups (rlimits, session kill and timeouts only); root but unshare refused (e.g.
-Docker's default profile) -> uid drop, rlimits, cgroups; the root parent is then a child
-subreaper and sweeps the slot uid when the program exits, so leftovers still die and are reaped.
+Fallbacks, each checked by running the real bootstrap once and reported as a RuntimeWarning and
+by `isolation()`: not root -> no uid drop, no namespaces, no cgroups, the host's whole tree
+(rlimits, session kill, timeouts, and the seccomp filter, which needs no privilege); root but
+unshare, a mount or pivot_root refused (e.g. Docker's default profile, or a root on initramfs
+where pivot_root fails) -> uid drop, rlimits, cgroups, seccomp, no fresh root; the root parent
+is then a child subreaper and sweeps the slot uid when the program exits, so leftovers still
+die and are reaped. Seccomp refused, or an arch missing from _ARCH -> no key filter.
 """
 
 from __future__ import annotations
