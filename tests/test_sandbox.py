@@ -8,7 +8,7 @@ next run, under every slot uid, finds nothing). The answer to the one test of th
 problem is a random token that exists only on the host: in a training-data file, a fake other
 checkout, behind unix sockets and a TCP listener.
 
-Run:  python -m pytest tests/test_sandbox.py -q        (about 40 s on 2 cores)
+Run:  python -m pytest tests/test_sandbox.py -q        (about 25 s on 2 cores)
 Cases are skipped where a defence they rely on is unavailable (isolation() says which), since
 without it a program really could, e.g., kill this test process.
 """
@@ -179,6 +179,34 @@ def test_fallback_without_namespaces(monkeypatch, tmp_path):
     assert run_python("while True: pass", limits=Limits(timeout=0.5)).status == "timeout"
 
 
+@needs_ns
+def test_probe_falls_back_and_says_why(monkeypatch):
+    """isolation() runs the real bootstrap: a refused pivot_root (simulated: a syscall number that is not
+    pivot_root) drops the fresh root and namespaces but keeps the key filter; a filter the kernel applies
+    wrongly (simulated: another ABI, so every syscall is refused) is dropped on its own."""
+    machine = os.uname().machine
+    audit, keys, pivot = sandbox._ARCH[machine]
+    monkeypatch.setitem(sandbox._ARCH, machine, (audit, keys, 39))  # getpid: nonzero, so "pivot_root failed"
+    iso = sandbox._probe()
+    assert (iso["namespaces"], iso["seccomp"], iso["drop_uid"]) == (False, True, True)
+    assert any("fresh root" in n for n in iso["notes"])
+    monkeypatch.setitem(sandbox._ARCH, machine, (audit ^ 1, keys, pivot))
+    iso = sandbox._probe()
+    assert (iso["namespaces"], iso["seccomp"]) == (True, False)
+    assert any("seccomp" in n for n in iso["notes"])
+
+
+@needs_uid
+def test_key_filter_holds_without_uid_drop_or_namespaces(monkeypatch):
+    """The configuration of a non-root trainer: the filter needs no privilege (no_new_privs first)."""
+    if not ISO["seccomp"]:
+        pytest.skip("no seccomp filter here")
+    monkeypatch.setattr(sandbox, "_isolation", dict(ISO, drop_uid=False, namespaces=False, cgroups=None))
+    code = ("import ctypes\nl = ctypes.CDLL(None, use_errno=True)\n"
+            f"print(l.syscall({ARCH[1][2]}, 0, -4, 0), ctypes.get_errno(), open('/proc/self/status').read().count('Seccomp:\\t2'))")
+    assert run_python(code).stdout == "-1 1 1\n"  # keyctl(KEYCTL_GET_KEYRING_ID, @u): EPERM, filter mode 2
+
+
 def test_seccomp_filter_program():
     """The BPF program, read instruction by instruction: native ABI checked first, then x32, then the
     three key calls, all jumping to the final EPERM."""
@@ -266,24 +294,61 @@ def bait(tmp_path_factory):
 
 
 # ----------------------------------------------------------------------------------------------
-# The hostile corpus: (id, class, program, probe, needs, limits, fetch program for persistence)
-LIBC = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-KEYS = LIBC + ("def sys_(*a):\n    r = libc.syscall(*a)\n    return r if r >= 0 else -ctypes.get_errno()\n"
-               "ADD_KEY, REQUEST_KEY, KEYCTL = $key_calls\n")
-READ = ("import glob, os\nfor p in $paths:\n    for q in glob.glob(p):\n        try:\n"
-        "            print(open(q).read())\n        except OSError as e:\n            print(q, type(e).__name__)\n")
-CONNECT = ("import socket\nfor fam, addr in $targets:\n    try:\n        s = socket.socket(fam)\n        s.settimeout(1)\n"
-           "        s.connect(addr); print(s.recv(100).decode())\n    except OSError as e:\n        print('no', e.errno)\n")
-FETCH_KEYS = KEYS + ("buf = ctypes.create_string_buffer(256)\n"
-                     "for ring in (-1, -2, -3, -4, -5, sys_(KEYCTL, 22, -1, 0)):   # thread .. user-session, persistent\n"
-                     "    k = sys_(KEYCTL, 10, ring, b'user', b'grpo-bait', 0)\n"
-                     "    print(ring, k, k > 0 and buf.raw[:sys_(KEYCTL, 11, k, buf, 256)].decode())\n"
-                     "print(sys_(REQUEST_KEY, b'user', b'grpo-bait', None, 0))\n")
+# The hostile corpus. Each case: an id, a class, the program (a string.Template: $dir, $SECRET,
+# $test_pid... come from the bait), the defences it needs, a probe(ctx, result, fetched) of its
+# side effect, and for persistence a `fetch` program that the next runs execute.
 CASES = []
 
 
 def case(id, klass, code, probe=None, needs=("ns",), limits=None, fetch=None):
-    CASES.append(pytest.param(klass, code, probe, needs, limits, fetch, id=f"{klass}-{id}"))
+    CASES.append(pytest.param(klass, code.strip("\n"), probe, needs, limits, fetch, id=f"{klass}-{id}"))
+
+
+LIBC = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+"""
+KEYS = LIBC + """
+def sys_(*a):
+    r = libc.syscall(*a)
+    return r if r >= 0 else -ctypes.get_errno()
+ADD_KEY, REQUEST_KEY, KEYCTL = $key_calls
+"""
+FETCH_KEYS = KEYS + """
+buf = ctypes.create_string_buffer(256)
+for ring in (-1, -2, -3, -4, -5, sys_(KEYCTL, 22, -1, 0)):   # thread .. user-session keyrings, persistent
+    k = sys_(KEYCTL, 10, ring, b'user', b'grpo-bait', 0)     # KEYCTL_SEARCH, then KEYCTL_READ
+    print(ring, k, k > 0 and buf.raw[:sys_(KEYCTL, 11, k, buf, 256)].decode())
+print(sys_(REQUEST_KEY, b'user', b'grpo-bait', None, 0))
+"""
+
+
+def read(*paths: str) -> str:
+    """A program printing every file matching the globs, and the error for those it cannot open."""
+    return f"""
+import glob
+for p in {list(paths)!r}:
+    for q in glob.glob(p):
+        try:
+            print(open(q).read())
+        except OSError as e:
+            print(q, type(e).__name__)
+"""
+
+
+def connect(*targets: str) -> str:
+    """A program connecting to each (family, address) and printing what the server says, or 'no errno'."""
+    return f"""
+import socket
+for fam, addr in [{", ".join(targets)}]:
+    try:
+        s = socket.socket(fam)
+        s.settimeout(1)
+        s.connect(addr)
+        print(s.recv(100).decode())
+    except OSError as e:
+        print('no', e.errno)
+"""
 
 
 def probe_no_file(path):
@@ -306,6 +371,20 @@ def probe_status(*statuses, needle=None, out_max=None):
             assert needle in r.stdout + r.stderr, r.stderr[-300:]
         if out_max is not None:
             assert int(r.stdout.split()[-1]) <= out_max, r.stdout
+    return probe
+
+
+def probe_all(*probes):
+    def probe(ctx, r, fetched):
+        for p in probes:
+            p(ctx, r, fetched)
+    return probe
+
+
+def probe_that(check, what):
+    """A probe from a boolean check(ctx, result, fetched)."""
+    def probe(ctx, r, fetched):
+        assert check(ctx, r, fetched), f"{what}: {r.stdout[-300:]!r} {r.stderr[-300:]!r}"
     return probe
 
 
@@ -344,39 +423,84 @@ def probe_no_mqueue(ctx, r, fetched):
     assert libc.mq_open(b"/grpo-bait", os.O_RDONLY) == -1 and ctypes.get_errno() == 2, "a message queue reached the host"
 
 
-# -- resource exhaustion: contained by limits; probes: the cap held, no process left (no_strays), host unaffected
+# -- resource exhaustion: contained by limits. Probes: the cap held, nothing left running (no_strays).
 case("infinite-loop", "exhaust", "while True: pass", probe_status("timeout"), needs=())
 case("sleep", "exhaust", "import time; time.sleep(60)", probe_status("timeout"), needs=())
-case("blocking-stdin", "exhaust", "import sys; print(repr(sys.stdin.read())); sys.stdin.read()", probe_status("ok", needle="''"), needs=())
-case("fork-bomb", "exhaust", "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass",
-     probe_status("timeout"), needs=("uid",))
-case("fork-count", "exhaust", "import os, time\nn = 0\nfor i in range(100):\n    try:\n        if os.fork() == 0:\n"
-     "            time.sleep(30); os._exit(0)\n        n += 1\n    except OSError:\n        break\nprint(n)",
-     probe_status("ok", out_max=15), needs=("uid",))
-case("thread-bomb", "exhaust", "import threading, time\nn = 0\ntry:\n    while True:\n"
-     "        threading.Thread(target=time.sleep, args=(30,), daemon=True).start(); n += 1\nexcept Exception:\n    print(n)",
-     probe_status("ok", out_max=16), needs=("uid",))
+case("blocking-stdin", "exhaust", "import sys; print(repr(sys.stdin.read())); sys.stdin.read()",
+     probe_status("ok", needle="''"), needs=())
+case("fork-bomb", "exhaust", """
+import os
+while True:
+    try: os.fork()
+    except OSError: pass
+""", probe_status("timeout"), needs=("uid",))
+case("fork-count", "exhaust", """
+import os, time
+n = 0
+for i in range(100):
+    try:
+        if os.fork() == 0:
+            time.sleep(30); os._exit(0)
+        n += 1
+    except OSError:
+        break
+print(n)
+""", probe_status("ok", out_max=15), needs=("uid",))
+case("thread-bomb", "exhaust", """
+import threading, time
+n = 0
+try:
+    while True:
+        threading.Thread(target=time.sleep, args=(30,), daemon=True).start(); n += 1
+except Exception:
+    print(n)
+""", probe_status("ok", out_max=16), needs=("uid",))
 case("memory-one-block", "exhaust", "x = bytearray(8 << 30)", probe_status("error", needle="MemoryError"), needs=())
 case("memory-gradual", "exhaust", "x = []\nwhile True: x.append(bytearray(50 << 20))",
-     probe_status("error", "killed", needle=""), needs=(), limits=Limits(timeout=2.0, memory_bytes=256 << 20))
-case("disk-fill-cwd", "exhaust", "n = 0\ntry:\n    for i in range(1000):\n        open(f'f{i}', 'wb').write(b'x' * (1 << 20)); n += 1 << 20\n"
-     "except OSError:\n    pass\nprint(n)", probe_status("ok", out_max=32 << 20))
-case("disk-fill-dev-shm", "exhaust", "n = 0\ntry:\n    for i in range(1000):\n        open(f'/dev/shm/f{i}', 'wb').write(b'x' * (1 << 20)); n += 1 << 20\n"
-     "except OSError:\n    pass\nprint(n)", lambda ctx, r, f: (probe_status("ok", out_max=32 << 20)(ctx, r, f), probe_no_file("/dev/shm/f0")(ctx, r, f)))
+     probe_status("error", "killed"), needs=(), limits=Limits(timeout=10.0, memory_bytes=256 << 20))
+case("disk-fill-cwd", "exhaust", """
+n = 0
+try:
+    for i in range(1000):
+        open(f'f{i}', 'wb').write(b'x' * (1 << 20)); n += 1 << 20
+except OSError:
+    pass
+print(n)
+""", probe_status("ok", out_max=32 << 20))
+case("disk-fill-dev-shm", "exhaust", """
+n = 0
+try:
+    for i in range(1000):
+        open(f'/dev/shm/f{i}', 'wb').write(b'x' * (1 << 20)); n += 1 << 20
+except OSError:
+    pass
+print(n)
+""", probe_all(probe_status("ok", out_max=32 << 20), probe_no_file("/dev/shm/f0")))
 case("one-huge-file", "exhaust", "f = open('big', 'wb')\nwhile True: f.write(b'x' * (1 << 20))",
      probe_status("error", needle="File too large"), needs=(), limits=Limits(timeout=2.0, file_bytes=4 << 20))
 case("stdout-flood", "exhaust", "import sys\nwhile True: sys.stdout.write('x' * 65536)",
-     lambda ctx, r, f: (probe_status("output_limit")(ctx, r, f), len(r.stdout) == 1 << 20 or pytest.fail("cap")),
-     needs=(), limits=Limits(timeout=5.0, stdout_bytes=1 << 20))
+     probe_all(probe_status("output_limit"), probe_that(lambda c, r, f: len(r.stdout) == 1 << 20, "stdout cap"))
+     , needs=(), limits=Limits(timeout=5.0, stdout_bytes=1 << 20))
 case("stderr-flood", "exhaust", "import sys\nwhile True: sys.stderr.write('y' * 65536)",
-     lambda ctx, r, f: (probe_status("timeout")(ctx, r, f), len(r.stderr) == 1000 or pytest.fail("cap")),
+     probe_all(probe_status("timeout"), probe_that(lambda c, r, f: len(r.stderr) == 1000, "stderr cap")),
      needs=(), limits=Limits(timeout=0.5, stderr_bytes=1000))
-case("fd-exhaustion", "exhaust", "fs = []\ntry:\n    while True: fs.append(open('/dev/null'))\nexcept OSError:\n    print(len(fs))",
-     probe_status("ok", out_max=64), needs=())
-case("detached-cpu-burner", "exhaust", "import os\nif os.fork() == 0:\n    os.setsid()\n    while True: pass\nprint('parent done')",
-     lambda ctx, r, f: r.wall < 2.5 or pytest.fail(f"wall {r.wall}"), needs=("uid",), limits=Limits(timeout=3.0))
+case("fd-exhaustion", "exhaust", """
+fs = []
+try:
+    while True: fs.append(open('/dev/null'))
+except OSError:
+    print(len(fs))
+""", probe_status("ok", out_max=64), needs=())
+case("detached-cpu-burner", "exhaust", """
+import os
+if os.fork() == 0:
+    os.setsid()
+    while True: pass
+print('parent done')
+""", probe_that(lambda c, r, f: r.wall < 2.5 and r.stdout == "parent done\n", "waited for the burner"),
+     needs=("uid",), limits=Limits(timeout=3.0))
 
-# -- escapes: writes, signals, namespaces, sockets; probes: nothing on the host, nobody hit
+# -- escapes: writes, signals, namespaces, sockets. Probes: nothing reached the host, nobody was hit.
 case("write-host-tmp", "escape", "open('/tmp/$marker', 'w').write('x'); print('wrote its own /tmp')",
      probe_no_file("/tmp/$marker"))
 case("write-dev-shm", "escape", "open('/dev/shm/$marker', 'w').write('x')", probe_no_file("/dev/shm/$marker"))
@@ -384,93 +508,162 @@ case("write-project", "escape", "open('$project/$marker', 'w').write('x')", prob
 case("write-bait-dir", "escape", "open('$dir/$marker', 'w').write('x')", probe_no_file("$dir/$marker"))
 case("write-root", "escape", "open('/$marker', 'w').write('x')", probe_no_file("/$marker"))
 case("write-stdlib", "escape", "import os\nopen(os.path.join(os.path.dirname(os.__file__), '$marker.py'), 'w').write('x')",
-     lambda ctx, r, f: (probe_no_file(os.path.join(os.path.dirname(os.__file__), "$marker.py"))(ctx, r, f),
-                        "Read-only file system" in r.stderr or pytest.fail(r.stderr)))
+     probe_all(probe_no_file(os.path.join(os.path.dirname(os.__file__), "$marker.py")),
+               probe_that(lambda c, r, f: "Read-only file system" in r.stderr, "not refused as read-only")))
 case("delete-bait", "escape", "import os\nos.remove('$dir/train.jsonl')",
-     lambda ctx, r, f: os.path.exists(f"{ctx['dir']}/train.jsonl") or pytest.fail("deleted"))
-case("kill-everyone", "escape", "import os\nfor pid in (-1, os.getppid(), $test_pid, $sleeper_pid):\n    try: os.kill(pid, 9)\n"
-     "    except OSError as e: print(e.errno)\nprint('alive')", probe_alive, needs=("uid", "ns"))
-case("ptrace-host-process", "escape", LIBC + "for pid in ($sleeper_pid, $test_pid):\n    print(libc.ptrace(16, pid, 0, 0), ctypes.get_errno())",
-     probe_alive, needs=("uid", "ns"))
-case("proc-root-of-others", "escape", READ.replace("$paths", "['/proc/*/root$dir/train.jsonl', '/proc/*/cwd/train.jsonl']"), None)
-case("user-namespace-remount", "escape", LIBC + "print(libc.unshare(0x10000000 | 0x00020000), ctypes.get_errno())\n"
-     "print(sorted(os.listdir('/')))\nprint(libc.mount(b'none', b'/tmp', b'tmpfs', 0, None))\n" + READ.replace("$paths", "['$dir/train.jsonl']"), None)
-case("chroot-escape", "escape", LIBC + "libc.unshare(0x10000000 | 0x00020000)\nos.mkdir('x')\ntry:\n    os.chroot('x')\n"
-     "    for _ in range(10): os.chdir('..')\n    os.chroot('.')\nexcept OSError as e:\n    print(e)\n"
-     + READ.replace("$paths", "['$dir/train.jsonl', '/run/*/train.jsonl']"), None)
-case("setuid-root", "escape", "import os\ntry:\n    os.setuid(0)\nexcept OSError as e:\n    print(e.errno)\nprint(os.geteuid())",
-     lambda ctx, r, f: r.stdout.split()[0] == "1" and int(r.stdout.split()[1]) >= 61000 or pytest.fail(r.stdout),
+     probe_that(lambda c, r, f: os.path.exists(f"{c['dir']}/train.jsonl"), "deleted"))
+case("kill-everyone", "escape", """
+import os
+for pid in (-1, os.getppid(), $test_pid, $sleeper_pid):
+    try: os.kill(pid, 9)
+    except OSError as e: print(e.errno)
+print('alive')
+""", probe_alive, needs=("uid", "ns"))
+case("ptrace-host-process", "escape", LIBC + """
+for pid in ($sleeper_pid, $test_pid):
+    print(libc.ptrace(16, pid, 0, 0), ctypes.get_errno())   # PTRACE_ATTACH
+""", probe_alive, needs=("uid", "ns"))
+case("proc-root-of-others", "escape", read("/proc/*/root$dir/train.jsonl", "/proc/*/cwd/train.jsonl"))
+case("user-namespace-remount", "escape", LIBC + """
+print(libc.unshare(0x10000000 | 0x00020000), ctypes.get_errno())   # CLONE_NEWUSER | CLONE_NEWNS
+print(sorted(os.listdir('/')))
+print(libc.mount(b'none', b'/tmp', b'tmpfs', 0, None))
+""" + read("$dir/train.jsonl"))
+case("chroot-escape", "escape", LIBC + """
+libc.unshare(0x10000000 | 0x00020000)   # CAP_SYS_CHROOT in a new user namespace
+os.mkdir('x')
+try:
+    os.chroot('x')
+    for _ in range(10): os.chdir('..')
+    os.chroot('.')
+except OSError as e:
+    print(e)
+""" + read("$dir/train.jsonl", "/run/*/train.jsonl"))
+case("setuid-root", "escape", """
+import os
+try:
+    os.setuid(0)
+except OSError as e:
+    print(e.errno)
+print(os.geteuid())
+""", probe_that(lambda c, r, f: r.stdout.split()[0] == "1" and int(r.stdout.split()[1]) >= 61000, "became root"),
      needs=("uid",))
-case("tcp-loopback", "escape", CONNECT.replace("$targets", "[(socket.AF_INET, ('127.0.0.1', $tcp_port))]"), probe_no_hits("tcp"))
-case("tcp-outside", "escape", CONNECT.replace("$targets", "[(socket.AF_INET, ('10.0.0.1', 80)), (socket.AF_INET, ('8.8.8.8', 53))]"),
-     lambda ctx, r, f: r.stdout == "no 101\nno 101\n" or pytest.fail(r.stdout))  # ENETUNREACH: no interface is up
-case("unix-socket-file", "escape", CONNECT.replace("$targets", "[(socket.AF_UNIX, '$dir/host.sock')]"), probe_no_hits("unix"))
-case("unix-socket-abstract", "escape", CONNECT.replace("$targets", "[(socket.AF_UNIX, '\\0grpo-bait-$test_pid')]"),
-     probe_no_hits("abstract"))
-case("unix-socket-scan", "escape", "import glob, socket\nfor p in glob.glob('/run/**/*.sock', recursive=True) + glob.glob('/var/run/*/*.sock'):\n"
-     "    s = socket.socket(socket.AF_UNIX)\n    s.connect(p); print(s.recv(100).decode())\nprint('no')", probe_no_hits("unix"))
+case("tcp-loopback", "escape", connect("(socket.AF_INET, ('127.0.0.1', $tcp_port))"), probe_no_hits("tcp"))
+case("tcp-outside", "escape", connect("(socket.AF_INET, ('10.0.0.1', 80))", "(socket.AF_INET, ('8.8.8.8', 53))"),
+     probe_that(lambda c, r, f: r.stdout == "no 101\nno 101\n", "not ENETUNREACH"))  # no interface is up
+case("unix-socket-file", "escape", connect("(socket.AF_UNIX, '$dir/host.sock')"), probe_no_hits("unix"))
+case("unix-socket-abstract", "escape", connect("(socket.AF_UNIX, '\\0grpo-bait-$test_pid')"), probe_no_hits("abstract"))
+case("unix-socket-scan", "escape", """
+import glob, socket
+for p in glob.glob('/run/**/*.sock', recursive=True) + glob.glob('/var/run/*/*.sock'):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(p); print(s.recv(100).decode())
+print('no')
+""", probe_no_hits("unix"))
 
-# -- persistence: run 1 plants, the next runs (every slot uid) look; probes: host-side state and the next runs' output
+# -- persistence: run 1 plants, the next runs (under every slot uid) look.
+#    Probes: the host holds nothing of it (files, keys, IPC objects), the next runs find nothing.
 case("tmp-file", "persist", "open('/tmp/stash', 'w').write('$SECRET')", probe_no_file("/tmp/stash"),
-     fetch=READ.replace("$paths", "['/tmp/stash']"))
+     fetch=read("/tmp/stash"))
 case("dev-shm-file", "persist", "open('/dev/shm/stash', 'w').write('$SECRET')", probe_no_file("/dev/shm/stash"),
-     fetch=READ.replace("$paths", "['/dev/shm/stash']"))
-case("var-tmp-and-home", "persist", "import os\nfor d in ('/var/tmp', os.environ['HOME'], '/run'):\n    try: open(d + '/stash', 'w').write('$SECRET')\n"
-     "    except OSError as e: print(e)", probe_no_file("/var/tmp/stash"), fetch=READ.replace("$paths", "['/var/tmp/stash', '/tmp/stash', '/run/stash']"))
-case("keyring-user", "persist", KEYS + "print('add', sys_(ADD_KEY, b'user', b'grpo-bait', b'$SECRET', $secret_len, -4))",
-     probe_no_keys, needs=("uid", "ns", "seccomp"), fetch=FETCH_KEYS)
-case("keyring-session", "persist", KEYS + "print('add', sys_(ADD_KEY, b'user', b'grpo-bait', b'$SECRET', $secret_len, -3))",
-     probe_no_keys, needs=("uid", "ns", "seccomp"), fetch=FETCH_KEYS)
-case("keyring-user-session", "persist", KEYS + "print('add', sys_(ADD_KEY, b'user', b'grpo-bait', b'$SECRET', $secret_len, -5))",
-     probe_no_keys, needs=("uid", "ns", "seccomp"), fetch=FETCH_KEYS)
-case("keyring-persistent", "persist", KEYS + "ring = sys_(KEYCTL, 22, -1, -4)\n"
-     "print('add', sys_(ADD_KEY, b'user', b'grpo-bait', b'$SECRET', $secret_len, ring) if ring > 0 else ring)",
-     probe_no_keys, needs=("uid", "ns", "seccomp"), fetch=FETCH_KEYS)
+     fetch=read("/dev/shm/stash"))
+case("var-tmp-and-home", "persist", """
+import os
+for d in ('/var/tmp', os.environ['HOME'], '/run'):
+    try: open(d + '/stash', 'w').write('$SECRET')
+    except OSError as e: print(e)
+""", probe_no_file("/var/tmp/stash"), fetch=read("/var/tmp/stash", "/tmp/stash", "/run/stash"))
+for ring, name in ((-4, "user"), (-3, "session"), (-5, "user-session")):
+    case(f"keyring-{name}", "persist", KEYS + f"print('add', sys_(ADD_KEY, b'user', b'grpo-bait', b'$SECRET', $secret_len, {ring}))",
+         probe_no_keys, needs=("uid", "ns", "seccomp"), fetch=FETCH_KEYS)
+case("keyring-persistent", "persist", KEYS + """
+ring = sys_(KEYCTL, 22, -1, -4)   # KEYCTL_GET_PERSISTENT: per uid, kept for days
+print('add', sys_(ADD_KEY, b'user', b'grpo-bait', b'$SECRET', $secret_len, ring) if ring > 0 else ring)
+""", probe_no_keys, needs=("uid", "ns", "seccomp"), fetch=FETCH_KEYS)
 case("keyring-via-request-key", "persist", KEYS + "print('add', sys_(REQUEST_KEY, b'user', b'grpo-bait', b'$SECRET', -4))",
      probe_no_keys, needs=("uid", "ns", "seccomp"), fetch=FETCH_KEYS)
-case("sysv-shm", "persist", LIBC + "libc.shmat.restype = ctypes.c_void_p\ni = libc.shmget(0x6770, 4096, 0o1666)\n"
-     "ctypes.memmove(libc.shmat(i, None, 0), b'$SECRET', $secret_len)\nprint(i)", probe_no_sysv("shm"),
-     fetch=LIBC + "libc.shmat.restype = ctypes.c_void_p\ni = libc.shmget(0x6770, 0, 0)\nprint(i, i >= 0 and ctypes.string_at(libc.shmat(i, None, 0), $secret_len))")
-case("sysv-msg", "persist", LIBC + "import struct\ni = libc.msgget(0x6771, 0o1666)\n"
-     "m = struct.pack('l', 1) + b'$SECRET'\nprint(i, libc.msgsnd(i, m, $secret_len, 0))", probe_no_sysv("msg"),
-     fetch=LIBC + "b = ctypes.create_string_buffer(256)\ni = libc.msgget(0x6771, 0)\n"
-     "print(i, i >= 0 and b.raw[8:8 + max(0, libc.msgrcv(i, b, 200, 0, 0o4000))])")
-case("sysv-sem", "persist", LIBC + "i = libc.semget(0x6772, 1, 0o1666)\nprint(i, libc.semctl(i, 0, 16, 4242))",
-     lambda ctx, r, fetched: (probe_no_sysv("sem")(ctx, r, fetched), all("4242" not in f.stdout for f in fetched) or pytest.fail("sem")),
-     fetch=LIBC + "i = libc.semget(0x6772, 0, 0)\nprint(i, i >= 0 and libc.semctl(i, 0, 12))")
-case("posix-mqueue", "persist", LIBC + "q = libc.mq_open(b'/grpo-bait', 0o102, 0o666, None)\nprint(q, libc.mq_send(q, b'$SECRET', $secret_len, 0))",
-     probe_no_mqueue, fetch=LIBC + "b = ctypes.create_string_buffer(8192)\nq = libc.mq_open(b'/grpo-bait', 0)\n"
-     "print(q, q >= 0 and b.raw[:max(0, libc.mq_receive(q, b, 8192, None))])")
-case("daemon-on-abstract-socket", "persist", "import os, socket\nif os.fork() == 0:\n    os.setsid()\n"
-     "    s = socket.socket(socket.AF_UNIX); s.bind('\\0grpo-stash'); s.listen(1)\n    while True:\n"
-     "        c, _ = s.accept(); c.sendall(b'$SECRET'); c.close()\nprint('daemon started')", None, needs=("uid", "ns"),
-     fetch=CONNECT.replace("$targets", "[(socket.AF_UNIX, '\\0grpo-stash')]"))
-case("daemon-holding-a-file", "persist", "import os, time\nif os.fork() == 0:\n    os.setsid()\n"
-     "    f = open('stash', 'w'); f.write('$SECRET'); f.flush(); time.sleep(60)\nprint('daemon started')", None,
-     needs=("uid", "ns"), fetch=READ.replace("$paths", "['/tmp/stash', '/proc/*/cwd/stash']"))
+case("sysv-shm", "persist", LIBC + """
+libc.shmat.restype = ctypes.c_void_p
+i = libc.shmget(0x6770, 4096, 0o1666)   # IPC_CREAT | 0666
+ctypes.memmove(libc.shmat(i, None, 0), b'$SECRET', $secret_len)
+print(i)
+""", probe_no_sysv("shm"), fetch=LIBC + """
+libc.shmat.restype = ctypes.c_void_p
+i = libc.shmget(0x6770, 0, 0)
+print(i, i >= 0 and ctypes.string_at(libc.shmat(i, None, 0), $secret_len))
+""")
+case("sysv-msg", "persist", LIBC + """
+import struct
+i = libc.msgget(0x6771, 0o1666)
+print(i, libc.msgsnd(i, struct.pack('l', 1) + b'$SECRET', $secret_len, 0))
+""", probe_no_sysv("msg"), fetch=LIBC + """
+b = ctypes.create_string_buffer(256)
+i = libc.msgget(0x6771, 0)
+print(i, i >= 0 and b.raw[8:8 + max(0, libc.msgrcv(i, b, 200, 0, 0o4000))])   # IPC_NOWAIT
+""")
+case("sysv-sem", "persist", LIBC + """
+i = libc.semget(0x6772, 1, 0o1666)
+print(i, libc.semctl(i, 0, 16, 4242))   # SETVAL: a number is enough to pass an answer on
+""", probe_all(probe_no_sysv("sem"), probe_that(lambda c, r, f: all("4242" not in x.stdout for x in f), "value carried")),
+     fetch=LIBC + "i = libc.semget(0x6772, 0, 0)\nprint(i, i >= 0 and libc.semctl(i, 0, 12))")   # GETVAL
+case("posix-mqueue", "persist", LIBC + """
+q = libc.mq_open(b'/grpo-bait', 0o102, 0o666, None)   # O_CREAT | O_RDWR
+print(q, libc.mq_send(q, b'$SECRET', $secret_len, 0))
+""", probe_no_mqueue, fetch=LIBC + """
+b = ctypes.create_string_buffer(8192)
+q = libc.mq_open(b'/grpo-bait', 0)
+print(q, q >= 0 and b.raw[:max(0, libc.mq_receive(q, b, 8192, None))])
+""")
+case("daemon-on-abstract-socket", "persist", """
+import os, socket
+if os.fork() == 0:
+    os.setsid()
+    s = socket.socket(socket.AF_UNIX); s.bind('\\0grpo-stash'); s.listen(1)
+    while True:
+        c, _ = s.accept(); c.sendall(b'$SECRET'); c.close()
+print('daemon started')
+""", needs=("uid", "ns"), fetch=connect("(socket.AF_UNIX, '\\0grpo-stash')"))
+case("daemon-holding-a-file", "persist", """
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    f = open('stash', 'w'); f.write('$SECRET'); f.flush(); time.sleep(60)
+print('daemon started')
+""", needs=("uid", "ns"), fetch=read("/tmp/stash", "/proc/*/cwd/stash"))
 
-# -- snooping: the answers, other checkouts, host files; probes: the answer never shows, nor the names
-case("training-data-beside", "snoop", READ.replace("$paths", "['$dir/train.jsonl', '/run/*/train.jsonl']") + "import json\n"
-     "for p in glob.glob('/run/*/train.jsonl'): print(json.loads(open(p).readline())['tests'][0]['output'])", None)
-case("training-data-in-tmp", "snoop", READ.replace("$paths", "['$tmp/train.jsonl']"), None)
-case("training-data-in-dev-shm", "snoop", READ.replace("$paths", "['$shm', '/dev/shm/*.jsonl']"), None)
-case("project-fixtures", "snoop", READ.replace("$paths", "['$project/fixtures/code/problems.jsonl', '$project/*.py']"),
-     lambda ctx, r, f: "209783453" not in r.stdout or pytest.fail("fixture answers leaked"))  # fib_mod's level-3 answer
-case("other-checkout", "snoop", "import os\nfor d in ('$dir', os.path.dirname('$project'), '/work', '/home', '/root'):\n"
-     "    try: print(os.listdir(d))\n    except OSError as e: print(d, e.errno)\n" + READ.replace("$paths", "['$dir/*/train.py', '/*/*/train.py']"),
-     lambda ctx, r, f: ("other-checkout" not in r.stdout and os.path.basename(PROJECT) not in r.stdout) or pytest.fail(r.stdout))
-case("etc-and-opt", "snoop", READ.replace("$paths", "['/etc/passwd', '/etc/hostname', '/opt/*', '/srv/*']"),
-     lambda ctx, r, f: "root:" not in r.stdout or pytest.fail("/etc/passwd leaked"))
-case("parent-environment", "snoop", READ.replace("$paths", "['/proc/$test_pid/environ', '/proc/*/environ', '/proc/1/cmdline']")
-     + "import os\nprint(dict(os.environ))", lambda ctx, r, f: "GRPO_BAIT_ENV" not in r.stdout or pytest.fail("env leaked"))
+# -- snooping: the answers, other checkouts, host files. Probes: the answer never shows, nor the names.
+case("training-data-beside", "snoop", read("$dir/train.jsonl", "/run/*/train.jsonl") + """
+import json
+for p in glob.glob('/run/*/train.jsonl'): print(json.loads(open(p).readline())['tests'][0]['output'])
+""")
+case("training-data-in-tmp", "snoop", read("$tmp/train.jsonl"))
+case("training-data-in-dev-shm", "snoop", read("$shm", "/dev/shm/*.jsonl"))
+case("project-fixtures", "snoop", read("$project/fixtures/code/problems.jsonl", "$project/*.py"),
+     probe_that(lambda c, r, f: "209783453" not in r.stdout, "fixture answers leaked"))  # fib_mod's level-3 answer
+case("other-checkout", "snoop", """
+import os
+for d in ('$dir', os.path.dirname('$project'), '/work', '/home', '/root'):
+    try: print(os.listdir(d))
+    except OSError as e: print(d, e.errno)
+""" + read("$dir/*/train.py", "/*/*/train.py"),
+     probe_that(lambda c, r, f: "other-checkout" not in r.stdout and os.path.basename(PROJECT) not in r.stdout, "listed"))
+case("etc-and-opt", "snoop", read("/etc/passwd", "/etc/hostname", "/opt/*", "/srv/*"),
+     probe_that(lambda c, r, f: "root:" not in r.stdout, "/etc/passwd leaked"))
+case("parent-environment", "snoop", read("/proc/$test_pid/environ", "/proc/*/environ", "/proc/1/cmdline")
+     + "import os\nprint(dict(os.environ))", probe_that(lambda c, r, f: "GRPO_BAIT_ENV" not in r.stdout, "env leaked"))
 case("host-processes", "snoop", "import os\nprint(sorted(os.listdir('/proc')))",
-     lambda ctx, r, f: (str(ctx["sleeper"].pid) not in r.stdout.split("'")) or pytest.fail(r.stdout))
-case("proc-and-sys-files", "snoop", READ.replace("$paths", "['/proc/keys', '/proc/mounts', '/proc/sys/kernel/hostname', "
-     "'/sys/class/net/*/address', '/proc/self/mountinfo']"),
-     lambda ctx, r, f: (ctx["dir"] not in r.stdout and PROJECT not in r.stdout) or pytest.fail(r.stdout))
-case("stdin-file-neighbours", "snoop", "import os\nd = os.path.dirname(os.readlink('/proc/self/fd/0'))\nprint(d)\n"
-     "for f in (lambda: os.listdir(d), lambda: open(d + '/job', 'rb').read()):\n    try: print('got', f())\n"
-     "    except OSError as e: print(e.errno)\n", lambda ctx, r, f: "got" not in r.stdout or pytest.fail(r.stdout))
+     probe_that(lambda c, r, f: str(c["sleeper"].pid) not in r.stdout.split("'"), "host pids visible"))
+case("proc-and-sys-files", "snoop", read("/proc/keys", "/proc/mounts", "/proc/sys/kernel/hostname",
+                                          "/sys/class/net/*/address", "/proc/self/mountinfo"),
+     probe_that(lambda c, r, f: c["dir"] not in r.stdout and PROJECT not in r.stdout, "host paths visible"))
+case("stdin-file-neighbours", "snoop", """
+import os
+d = os.path.dirname(os.readlink('/proc/self/fd/0'))
+print(d)
+for f in (lambda: os.listdir(d), lambda: open(d + '/job', 'rb').read()):
+    try: print('got', f())
+    except OSError as e: print(e.errno)
+""", probe_that(lambda c, r, f: "got" not in r.stdout, "the parent's scratch files"))
 
 
 def test_corpus_size():
