@@ -35,6 +35,7 @@ One run (`run_python`):
        - /proc of the new PID namespace, with subset=pid (Linux 5.8+, else the full procfs): only
          this run's processes, none of /proc/keys, /proc/sys, /proc/mounts...;
        - /tmp: a size-capped tmpfs owned by the slot uid, the working directory and HOME;
+       - the host name "sandbox" (the new UTS namespace starts with the host's);
      then remounts the root read-only and pivot_root()s into it, detaching the old root, so the
      host's tree is gone from this mount namespace (not just out of reach, as after chroot).
      No /etc (no passwd, no resolv.conf, no localtime: time is UTC), no /usr/bin, no /sys, no /run.
@@ -230,7 +231,7 @@ if cfg["uid"] is not None:
             if sig not in (signal.SIGKILL, signal.SIGSTOP): signal.signal(sig, signal.SIG_DFL)
             os.kill(os.getpid(), sig)
         os._exit(os.waitstatus_to_exitcode(st) & 255)
-if cfg["ns"]:
+def _fresh_root():
     # A fresh root: an empty tmpfs holding only the allowlist, then pivot_root into it, so nothing
     # of the host's tree is left in this mount namespace (not even beneath, as with chroot).
     MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 1 << 14, 1 << 18
@@ -259,8 +260,14 @@ if cfg["ns"]:
     work = "size=%d,mode=700,uid=%d,gid=%d" % (cfg["tmpfs_bytes"], cfg["uid"], cfg["uid"])
     _c("mount /tmp", libc.mount(b"tmpfs", b"tmp", b"tmpfs", MS_NOSUID | MS_NODEV, work.encode()))
     _c("new root ro", libc.mount(None, b".", None, RO, None))
+    _c("hostname", libc.sethostname(b"sandbox", 7))   # the UTS namespace starts with the host's name
     _c("pivot_root", libc.syscall(cfg["pivot_root"], b".", b"."))   # pivot_root(".", ".") then detach the old root
     _c("detach old root", libc.umount2(b".", 2))   # MNT_DETACH
+if cfg["ns"]:
+    try:
+        _fresh_root()
+    except OSError as e:   # a mkdir, symlink or mknod refused
+        _fail("fresh root: %s" % e)
 L = cfg["limits"]
 for name, value in (("RLIMIT_AS", L["memory_bytes"]), ("RLIMIT_FSIZE", L["file_bytes"]),
                     ("RLIMIT_NPROC", L["nproc"]), ("RLIMIT_NOFILE", L["nofile"]), ("RLIMIT_CORE", 0)):

@@ -654,8 +654,10 @@ case("parent-environment", "snoop", read("/proc/$test_pid/environ", "/proc/*/env
 case("host-processes", "snoop", "import os\nprint(sorted(os.listdir('/proc')))",
      probe_that(lambda c, r, f: str(c["sleeper"].pid) not in r.stdout.split("'"), "host pids visible"))
 case("proc-and-sys-files", "snoop", read("/proc/keys", "/proc/mounts", "/proc/sys/kernel/hostname",
-                                          "/sys/class/net/*/address", "/proc/self/mountinfo"),
-     probe_that(lambda c, r, f: c["dir"] not in r.stdout and PROJECT not in r.stdout, "host paths visible"))
+                                          "/sys/class/net/*/address", "/proc/self/mountinfo")
+     + "import os, socket\nprint(os.uname().nodename, socket.gethostname())",
+     probe_that(lambda c, r, f: c["dir"] not in r.stdout and PROJECT not in r.stdout
+                and r.stdout.endswith("sandbox sandbox\n"), "host paths or name visible"))
 case("stdin-file-neighbours", "snoop", """
 import os
 d = os.path.dirname(os.readlink('/proc/self/fd/0'))
