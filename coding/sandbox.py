@@ -397,7 +397,8 @@ def _fresh_root() -> dict | None:
     links: every symlink met on the way to sys.executable and to the ELF interpreter (the host's
       /lib64 -> usr/lib64, the venv's bin/python -> ...), so both resolve as on the host; /dev/fd,
       /dev/stdin|stdout|stderr -> /proc/self/fd/..., and /dev/shm -> /tmp (POSIX semaphores).
-    None when the installation lives where the fresh root puts its own /tmp, /proc or /dev.
+    None when the installation lives where the fresh root puts its own /tmp, /proc or /dev; links
+    there are dropped (a venv under /tmp: its bin/python cannot be run again inside).
     """
     libs = set()
     with open("/proc/self/maps") as f:  # where this process's libc actually came from
