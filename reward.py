@@ -133,16 +133,21 @@ _ANSWER_HEAD = re.compile(r"(?im)^[ \t#*_>]*(?:final\s+answer|answer)[ \t*_:：]
 _ANSWER_IS = re.compile(r"(?i)\banswer\s+(?:is|would\s+be|should\s+be|=)\s*:?\s*(?P<a>[^\n]*?)(?=\.\s|\.$|\n|$)")
 _HASHES = re.compile(r"(?m)^\s*####\s*(?P<a>[^\n]+)")
 _SENTENCE_END = re.compile(r"\.(?:\s|$)|\bI hope\b")
-_ANSWER_WORDS = re.compile(r"(?i)answer\s*(?:is|:|：)|\bwait\b|\bactually\b|\bcorrect(?:ing|ion)\b|\bwrong\b")
+_ANSWER_WORDS = re.compile(r"(?i)answer\s*(?:is|:|：)|final\s+answer|\bwait\b|\bactually\b|\bhowever\b|\binstead\b"
+                           r"|\bcorrect\b|\bcorrect(?:ing|ion)\b|\bwrong\b|\bmistake\b|\berror\b|\bshould\s+be\b")
+# A correction after the last box: "..., it should be 16", "the correct total is 18" (a value only: "x should be an
+# integer" is no answer).
+_CORRECTION = re.compile(r"(?i)\b(?:should\s+be|correct\s+\w+\s+is|correct\s+\w+\s+should\s+be)\s*:?\s*"
+                         r"(?P<a>\$[^$\n]+\$|[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?)")
 
 
 def _answer_statements(text: str) -> list[tuple[int, str]]:
     """(position, answer text) of every answer line / phrase. One whose answer holds a box is left to the box."""
     out = []
-    for rx in (_ANSWER_LINE, _ANSWER_HEAD, _ANSWER_IS, _HASHES):
+    for rx in (_ANSWER_LINE, _ANSWER_HEAD, _ANSWER_IS, _HASHES, _CORRECTION):
         for m in rx.finditer(text):
             a = m.group("a")
-            if rx is not _ANSWER_HEAD and rx is not _HASHES:
+            if rx in (_ANSWER_LINE, _ANSWER_IS):
                 a = a[: _SENTENCE_END.search(a).start()] if _SENTENCE_END.search(a) else a
             if "\\boxed" in a or "\\fbox" in a:
                 continue
@@ -151,8 +156,8 @@ def _answer_statements(text: str) -> list[tuple[int, str]]:
 
 
 _MATH_SEG = re.compile(r"\$\$?([^$]+?)\$\$?|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
-_AFTER_VERB = re.compile(r"\b(?:is|are|equals|was|be)\s+(\$[^$]+\$|[-+]?\d[\d,]*(?:\.\d+)?)")
-_NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?")
+_AFTER_VERB = re.compile(r"\b(?:is|are|equals|was|be)\s+(\$[^$]+\$|[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?)")
+_NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
 
 
 def _prose_answer(text: str) -> str | None:
@@ -180,7 +185,7 @@ def _box_group(text: str, boxes) -> list[str]:
         if len(gap) > 80 or _ANSWER_WORDS.search(gap):
             break
         group.insert(0, b)
-    return [b[2] for b in group]
+    return [b[2] for b in group if b[2].strip()] or [group[-1][2]]
 
 
 def extract(completion: str, mode: str = "math") -> list[str] | None:
@@ -215,7 +220,7 @@ def extract_answer(completion: str, mode: str = "math") -> str | None:
 # 2. Normalisation: one answer, written the way math-verify reads it best
 # ================================================================================================
 _OR = re.compile(r"\\text\{\s*or\s*\}|\\mbox\{\s*or\s*\}|\bor\b|\\vee")
-_HEDGE_WORDS = re.compile(r"(?i)\b(?:either|possibly|maybe|perhaps|probably)\b")
+_HEDGE_WORDS = re.compile(r"(?i)\b(?:either|possibly|maybe|perhaps|probably|equivalently)\b")
 _INEQ = re.compile(r"\\leqslant|\\geqslant|\\leq|\\geq|\\le\b|\\ge\b|\\lt\b|\\gt\b|≤|≥|<=|>=|<|>")
 _OP = {"\\leqslant": "<=", "\\geqslant": ">=", "\\leq": "<=", "\\geq": ">=", "\\le": "<=", "\\ge": ">=",
        "\\lt": "<", "\\gt": ">", "≤": "<=", "≥": ">=", "<=": "<=", ">=": ">=", "<": "<", ">": ">"}
@@ -259,11 +264,12 @@ def split_alternatives_all(answers: list[str]) -> list[str]:
 _WRAPPER = re.compile(r"^\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{(.*)\}$", re.S)
 _THOUSANDS_TEX = re.compile(r"(?<=\d)(?:\\[,;:! ]|~|\{,\}|\\thinspace\s?)(?=\d{3}(?!\d))")
 _EMPTY = re.compile(r"^(?:\\emptyset|\\varnothing|\\O|\\\{\s*(?:\\[,;: ])?\s*\\\}|\{\s*\})$")
-_REPEAT_BAR = re.compile(r"(-?)(\d*)\.(\d*)\\(?:overline|dot)\{?(\d+)\}?")
+_REPEAT_BAR = re.compile(r"(-?)(\d*)\.(\d*)(?:\\(?:overline|dot)\{?(\d+)\}?|\((\d+)\))")
 _REPEAT_DOTS = re.compile(r"^(-?)(\d*)\.(\d+)\s*(?:\\ldots|\\dots|\\cdots|\.\.\.)$")
 _VECTOR = re.compile(r"^\\begin\{([pbv]?matrix)\}(.*?)\\end\{\1\}$", re.S)
 _LANGLE = re.compile(r"^\\langle(.*)\\rangle$", re.S)
-_CHOICE = re.compile(r"^\(?([A-E])\)?$")
+_CHOICE = re.compile(r"^\(?([A-E])\)?$|^\(([A-E])\)\s")  # "B", "(B)", "(B) 12"
+_NO_SOLUTION = {"no solution", "no solutions", "no real solution", "no real solutions", "no real roots", "none"}
 _UNIT_WORDS = re.compile(r"^([-+]?\d[\d,]*(?:\.\d+)?)\s*(?:[a-zA-Z]{2,}\s*)+(?:\^\{?[23]\}?)?$")
 
 
@@ -312,7 +318,7 @@ def normalize(ans: str) -> str:
         s = s.replace(",", "")
     if _EMPTY.match(s.replace(" ", "")):
         return "\\emptyset"
-    s = _REPEAT_BAR.sub(lambda m: _fraction_of_repeating(*m.groups()), s)
+    s = _REPEAT_BAR.sub(lambda m: _fraction_of_repeating(*m.groups()[:3], m.group(4) or m.group(5)), s)
     m = _REPEAT_DOTS.match(s)
     if m and (f := _repeating_dots(m)):
         s = f
@@ -338,7 +344,7 @@ def _plain_words(s: str) -> str | None:
 def _choice(s: str) -> str | None:
     s = re.sub(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}", r"\1", s).strip(" .$")
     m = _CHOICE.match(s)
-    return m.group(1) if m else None
+    return (m.group(1) or m.group(2)) if m else None
 
 
 # ================================================================================================
@@ -377,7 +383,7 @@ def equivalent(pred: str, gold: str) -> bool:
     if fast is not None:
         return fast
     if "\\emptyset" in (p, g):
-        return p == g
+        return p == g or (_plain_words(p if g == "\\emptyset" else g) or "") in _NO_SOLUTION
     if (cg := _choice(gold)) is not None:
         return _choice(pred) == cg
     if (wg := _plain_words(gold)) is not None and not re.search(r"\d", pred):
