@@ -128,35 +128,45 @@ def find_boxes(text: str) -> list[tuple[int, int, str]]:
     return out
 
 
-_ANSWER_LINE = re.compile(r"(?i)\b(?:final\s+answer|answer)[ \t*_]*[:：][ \t*_]*(?P<a>[^\n]*)")
-_ANSWER_HEAD = re.compile(r"(?im)^[ \t#*_>]*(?:final\s+answer|answer)[ \t*_:：]*\n\s*(?P<a>[^\n]+)")
-_ANSWER_IS = re.compile(r"(?i)\banswer\s+(?:is|would\s+be|should\s+be|=)\s*:?\s*(?P<a>[^\n]*?)(?=\.\s|\.$|\n|$)")
-_HASHES = re.compile(r"(?m)^\s*####\s*(?P<a>[^\n]+)")
+# Answer statements. Each pattern matches the lead only; the answer is read from at most MAX_LINE characters after
+# it (to the end of the line, for a phrase to the end of the sentence), so that no input makes extraction quadratic.
+MAX_LINE = 400
+MAX_GROUP = 12  # boxes read as one answer at most
+_ANSWER_LINE = re.compile(r"(?i)\b(?:final\s+answer|answer)[ \t*_]{0,8}[:：][ \t*_]{0,8}")  # "Answer: X", "**Final Answer:** X"
+_ANSWER_HEAD = re.compile(r"(?im)^[ \t#*_>]{0,8}(?:final\s+answer|answer)[ \t*_:：]{0,8}\n[ \t\n]{0,8}")  # "**Final Answer**\nX"
+_ANSWER_IS = re.compile(r"(?i)\banswer\s+(?:is|would\s+be|should\s+be|=)\s{0,8}:?\s{0,8}")  # "the (final) answer is X"
+_HASHES = re.compile(r"(?m)^[ \t]{0,8}####[ \t]{0,8}")  # GSM8K's "#### X"
+# A correction after the last box: "..., it should be 16", "the correct total is 18" (a value only: "x should be an
+# integer" is no answer).
+_CORRECTION = re.compile(r"(?i)\b(?:should\s+be|correct\s+\w+\s+is|correct\s+\w+\s+should\s+be)\s{0,8}:?\s{0,8}"
+                         r"(?=\$|[-+]?\d)")
+_VALUE = re.compile(r"\$[^$\n]{1,300}\$|[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
 _SENTENCE_END = re.compile(r"\.(?:\s|$)|\bI hope\b")
 _ANSWER_WORDS = re.compile(r"(?i)answer\s*(?:is|:|：)|final\s+answer|\bwait\b|\bactually\b|\bhowever\b|\binstead\b"
                            r"|\bcorrect\b|\bcorrect(?:ing|ion)\b|\bwrong\b|\bmistake\b|\berror\b|\bshould\s+be\b")
-# A correction after the last box: "..., it should be 16", "the correct total is 18" (a value only: "x should be an
-# integer" is no answer).
-_CORRECTION = re.compile(r"(?i)\b(?:should\s+be|correct\s+\w+\s+is|correct\s+\w+\s+should\s+be)\s*:?\s*"
-                         r"(?P<a>\$[^$\n]+\$|[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?)")
 
 
-def _answer_statements(text: str) -> list[tuple[int, str]]:
-    """(position, answer text) of every answer line / phrase. One whose answer holds a box is left to the box."""
-    out = []
-    for rx in (_ANSWER_LINE, _ANSWER_HEAD, _ANSWER_IS, _HASHES, _CORRECTION):
-        for m in rx.finditer(text):
-            a = m.group("a")
-            if rx in (_ANSWER_LINE, _ANSWER_IS):
-                a = a[: _SENTENCE_END.search(a).start()] if _SENTENCE_END.search(a) else a
-            if "\\boxed" in a or "\\fbox" in a:
+def _last_statement(text: str) -> tuple[int, str] | None:
+    """(position, answer text) of the last answer line / phrase whose answer holds no box (that one is the box's)."""
+    leads = sorted(((m.end(), rx) for rx in (_ANSWER_LINE, _ANSWER_HEAD, _ANSWER_IS, _HASHES, _CORRECTION)
+                    for m in rx.finditer(text)), key=lambda t: t[0], reverse=True)
+    for pos, rx in leads:
+        a = text[pos : pos + MAX_LINE].split("\n", 1)[0]
+        if rx in (_ANSWER_LINE, _ANSWER_IS):
+            end = _SENTENCE_END.search(a)
+            a = a[: end.start()] if end else a
+        elif rx is _CORRECTION:
+            m = _VALUE.match(a)
+            if m is None:
                 continue
-            out.append((m.start("a"), a.strip()))
-    return out
+            a = m.group()
+        if "\\boxed" not in a and "\\fbox" not in a:
+            return pos, a.strip()
+    return None
 
 
-_MATH_SEG = re.compile(r"\$\$?([^$]+?)\$\$?|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
-_AFTER_VERB = re.compile(r"\b(?:is|are|equals|was|be)\s+(\$[^$]+\$|[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?)")
+_MATH_SEG = re.compile(r"\$\$?([^$]{1,300})\$\$?|\\\((.{1,300}?)\\\)|\\\[(.{1,300}?)\\\]", re.S)
+_AFTER_VERB = re.compile(r"\b(?:is|are|equals|was|be)\s{1,8}(\$[^$]{1,300}\$|[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?)")
 _NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
 
 
@@ -165,7 +175,7 @@ def _prose_answer(text: str) -> str | None:
     sentences = [s for s in re.split(r"(?<=[.!?])\s+|\n+", text.strip()) if re.search(r"\d|\$|\\\(", s)]
     if not sentences:
         return None
-    s = sentences[-1]
+    s = sentences[-1][-2000:]
     verb = list(_AFTER_VERB.finditer(s))
     if verb:
         a = verb[-1].group(1)
@@ -179,12 +189,12 @@ def _prose_answer(text: str) -> str | None:
 
 def _box_group(text: str, boxes) -> list[str]:
     """The last box and the boxes just before it that belong to the same answer statement."""
-    group = [boxes[-1]]
+    group = collections.deque([boxes[-1]])
     for b in reversed(boxes[:-1]):
         gap = text[b[1] : group[0][0]]
-        if len(gap) > 80 or _ANSWER_WORDS.search(gap):
+        if len(gap) > 80 or _ANSWER_WORDS.search(gap) or len(group) == MAX_GROUP:
             break
-        group.insert(0, b)
+        group.appendleft(b)
     return [b[2] for b in group if b[2].strip()] or [group[-1][2]]
 
 
@@ -200,8 +210,7 @@ def extract(completion: str, mode: str = "math") -> list[str] | None:
         return None
     if mode == "math-strict":
         return split_alternatives_all(_box_group(text, boxes)) if boxes else None
-    statements = _answer_statements(text)
-    last_stmt = max(statements) if statements else None
+    last_stmt = _last_statement(text)
     if boxes and (last_stmt is None or boxes[-1][0] > last_stmt[0]):
         return split_alternatives_all(_box_group(text, boxes))
     if last_stmt is not None:
