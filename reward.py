@@ -471,9 +471,9 @@ def check(completion: str, gold: str, mode: str = "math", timeout: float = 5.0) 
 def _worker_main(conn):
     """Worker loop: import math-verify, say 'ready', then check jobs (job id, function, args) until None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle
-    from math_verify import parse, verify  # noqa: F401  (warm: the first job must not pay the sympy import)
-
     _quiet_math_verify()
+    for pred, gold in (("x^2+2x+1", "(x+1)^2"), ("[1,2)", "x \\ge 1"), ("\\frac{\\sqrt{2}}{2}", "0.7071")):
+        check(f"\\boxed{{{pred}}}", gold, "math", 0)  # warm: the first job must not pay sympy's lazy imports
     conn.send("ready")
     while True:
         try:
