@@ -352,3 +352,14 @@ def test_integer_fast_path_agrees_with_math_verify():
     rewards, correct, _ = r(["so \\boxed{57}", "\\boxed{58}", "no box", "9+4=13 13+5=18 \\boxed{18}"], ["58", "58", "58", "18"])
     assert correct == [False, True, False, True] and r._pool == []
     r.close()
+
+
+def test_dapo_prompt_asks_for_what_math_dapo_reads():
+    """data.py's DAPO template asks for the last line "Answer: ..."; a completion that obeys scores under math-dapo."""
+    import data
+
+    p = data.build_prompt(None, "What is \\frac{1}{2} + {x}?", kind="math-dapo")
+    assert p.startswith("Solve the following math problem step by step.") and "What is \\frac{1}{2} + {x}?" in p
+    assert 'Remember to put your answer on its own line after "Answer:".' in p
+    r = reward.MathReward(1.0, -1.0, workers=0, mode="math-dapo")
+    assert r(["We add.\nAnswer: 42", "We add.\nAnswer: 41", "We add. \\boxed{42}"], ["42"] * 3)[0] == [1.0, -1.0, -1.0]
