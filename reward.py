@@ -143,6 +143,7 @@ _CORRECTION = re.compile(r"(?i)\b(?:should\s+be|correct\s+\w+\s+is|correct\s+\w+
 _VALUE = re.compile(r"\$[^$\n]{1,300}\$|[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
 _SENTENCE_END = re.compile(r"\.(?:\s|$)|\bI hope\b")
 _ANSWER_WORDS = re.compile(r"(?i)answer\s*(?:is|:|：)|final\s+answer|\bwait\b|\bactually\b|\bhowever\b|\binstead\b"
+                           r"|\bso\b|\btherefore\b|\bthus\b|\bhence\b"
                            r"|\bcorrect\b|\bcorrect(?:ing|ion)\b|\bwrong\b|\bmistake\b|\berror\b|\bshould\s+be\b")
 
 
@@ -161,6 +162,9 @@ def _last_statement(text: str) -> tuple[int, str] | None:
                 continue
             a = m.group()
         if "\\boxed" not in a and "\\fbox" not in a:
+            words = re.sub(r"\\[a-zA-Z]+|\$[^$]*\$", "", a)
+            if "$" in a and re.search(r"[a-zA-Z]{3,}", words):  # a sentence on the answer line: read it as prose
+                a = _prose_answer(a) or a
             return pos, a.strip()
     return None
 

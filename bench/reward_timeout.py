@@ -63,7 +63,7 @@ def main(argv=None):
             v = r.verdicts([comp], [gold])[0]
             wall = time.monotonic() - t0
             worst = max(worst, wall)
-            print(f"{name:28s} {wall:7.2f}  {str(v.timed_out):9s}  {r([comp], [gold])[0][0] if False else (1.0 if v.correct else -1.0):+.0f}")
+            print(f"{name:28s} {wall:7.2f}  {str(v.timed_out):9s}  {r.correct_reward if v.correct else r.wrong_reward:+.0f}")
         print(f"worst single call: {worst:.2f} s (bound {a.timeout + 0.5:.1f} s): {'OK' if worst <= a.timeout + 0.5 else 'OVER'}")
         bad = pathological()
         good = honest()
