@@ -20,7 +20,8 @@ Modes (MathReward(mode=...); `--reward` in train.py)
                Skywork-OR1's released verifier calls) takes the box first and else the last expression, and does
                not see hedges or retractions.
   math-strict  boxed-only, the format requirement of Skywork-OR1 (algorithms.md Sec. 3.7): the last box group after
-               the last `</think>` (the whole text when there is none); no box means wrong. Multi-box answers and
+               the last `</think>` (the whole text when there is none); no box means wrong, and so does an answer
+               statement after the last box (a retracted box is not the final answer). Multi-box answers and
                hedges as in `math`. (Skywork-OR1's released `math_verify_reward_function` is looser: it calls
                math-verify's default extraction, which falls back to the last expression when there is no box.
                The project follows the paper's boxed format, as the Skywork recipe's prompt asks for it.)
@@ -212,9 +213,11 @@ def extract(completion: str, mode: str = "math") -> list[str] | None:
     opened = [m.start() for m in _BOX_OPEN.finditer(text[boxes[-1][1]:] if boxes else text)]
     if opened:  # cut off while writing the box: an unfinished answer
         return None
-    if mode == "math-strict":
-        return split_alternatives_all(_box_group(text, boxes)) if boxes else None
     last_stmt = _last_statement(text)
+    if mode == "math-strict":  # the final answer must be boxed: a later unboxed correction voids the box
+        if not boxes or (last_stmt is not None and last_stmt[0] > boxes[-1][0]):
+            return None
+        return split_alternatives_all(_box_group(text, boxes))
     if boxes and (last_stmt is None or boxes[-1][0] > last_stmt[0]):
         return split_alternatives_all(_box_group(text, boxes))
     if last_stmt is not None:
