@@ -141,6 +141,9 @@ _HASHES = re.compile(r"(?m)^[ \t]{0,8}####[ \t]{0,8}")  # GSM8K's "#### X"
 # integer" is no answer).
 _CORRECTION = re.compile(r"(?i)\b(?:should\s+be|correct\s+\w+\s+is|correct\s+\w+\s+should\s+be)\s{0,8}:?\s{0,8}"
                          r"(?=\$|[-+]?\d)")
+_NOT_AN_ANSWER = re.compile(r"(?i)(?:as\s+)?(?:correct|right|wrong|incorrect|consistent|reasonable|valid|verified|"
+                            r"confirmed|indeed|clearly|follows|below|above|shown|computed|found|given|not|likely|"
+                            r"unchanged|the same|this|that)\b")
 _VALUE = re.compile(r"\$[^$\n]{1,300}\$|[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
 _SENTENCE_END = re.compile(r"\.(?:\s|$)|\bI hope\b")
 _ANSWER_WORDS = re.compile(r"(?i)answer\s*(?:is|:|：)|final\s+answer|\bwait\b|\bactually\b|\bhowever\b|\binstead\b"
@@ -162,6 +165,8 @@ def _last_statement(text: str) -> tuple[int, str] | None:
             if m is None:
                 continue
             a = m.group()
+        if not a.strip() or _NOT_AN_ANSWER.match(a.strip()):  # "... this answer is correct."
+            continue
         if "\\boxed" not in a and "\\fbox" not in a:
             words = re.sub(r"\\[a-zA-Z]+|\$[^$]*\$", "", a)
             if "$" in a and re.search(r"[a-zA-Z]{3,}", words):  # a sentence on the answer line: read it as prose
@@ -524,6 +529,8 @@ class MathReward:
                  workers: int | None = None, mode: str = "math", check_fn=None):
         if mode not in MODES:
             raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         self.correct_reward, self.wrong_reward, self.timeout, self.mode = correct_reward, wrong_reward, timeout, mode
         self.workers = min(2, os.cpu_count() or 1) if workers is None else workers
         self.check_fn = check if check_fn is None else check_fn

@@ -181,6 +181,10 @@ MODE_CASES = [  # (completion, gold, {mode: verdict})
     ("Answer: 6 or 7", "6", {"math": False, "math-strict": False, "math-dapo": False}),
     # a box then a correction: the careful grader reads the correction, the strict mode the box
     ("So \\boxed{5}. Wait, that is wrong: the answer is 6.", "6", {"math": True, "math-strict": False, "math-dapo": False}),
+    # a remark after the box is not an answer statement
+    ("The final answer is \\boxed{5}. I am confident this answer is correct.", "5",
+     {"math": True, "math-strict": True, "math-dapo": False}),
+    ("The answer is \\boxed{5}.\nAnswer: as shown above", "5", {"math": True, "math-strict": True, "math-dapo": False}),
 ]
 
 
@@ -197,6 +201,8 @@ def test_modes(mode):
 def test_bad_mode():
     with pytest.raises(ValueError, match="mode 'boxed' is not one of math, math-strict, math-dapo"):
         reward.MathReward(mode="boxed")
+    with pytest.raises(ValueError, match="timeout must be > 0 seconds, got 0"):
+        reward.MathReward(timeout=0)
 
 
 def test_extraction():
