@@ -49,7 +49,8 @@ def main(argv=None):
     ap.add_argument("--mode", default="math", choices=reward.MODES)
     a = ap.parse_args(argv)
     if a.timeout <= 0 or a.workers < 1:
-        raise SystemExit("error: --timeout must be > 0 and --workers >= 1")
+        print("error: --timeout must be > 0 and --workers >= 1", file=sys.stderr)
+        raise SystemExit(2)
     r = reward.MathReward(wrong_reward=-1.0, timeout=a.timeout, workers=a.workers, mode=a.mode)
     try:
         t0 = time.monotonic()
