@@ -9,7 +9,9 @@ Modes (MathReward(mode=...); `--reward` in train.py)
                     So a box followed by "wait, that's wrong ... the answer is 9" is graded on 9, and an
                     intermediate box followed by "Final Answer: 15" on 15.
                  2. several boxes close together ("x = \\boxed{2} and y = \\boxed{3}") are one answer, compared as
-                    the list "2, 3"; a gap of more than 80 characters, or an answer phrase in the gap, separates them.
+                    the list "2, 3" (at most 12); a gap of more than 80 characters, or in the gap an answer phrase,
+                    a conclusion ("so", "therefore") or a correction ("wait", "wrong", "should be"), separates them.
+                    A remark after the box ("this answer is correct", "as shown above") is not a statement.
                  3. a hedge is wrong: two different values offered as the answer ("\\boxed{3} or \\boxed{5}",
                     "Answer: 7 (or possibly 8)") score wrong even when one of them is right, unless together they
                     are the gold answer (gold "\\pm 2", answer "\\boxed{2} or \\boxed{-2}").
