@@ -57,8 +57,9 @@ RECIPES = {
         wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, overlong_buffer=16),
     "c3po": dict(  # Ring-lite Sec. 3.2, 4.1: token budget, KL 1e-3, entropy bonus 5e-4, 1/0 reward
         token_budget=4096, kl_coef=1e-3, entropy_coef=5e-4),
-    "skywork": dict(  # Skywork-OR1 MAGIC Sec. 3: token-mean, no KL, adaptive entropy, rejection sampling, stages
-        loss_agg="token-mean", adaptive_entropy=True, rejection_sampling=True, curriculum="skywork"),
+    "skywork": dict(  # Skywork-OR1 MAGIC Sec. 3: token-mean, no KL, adaptive entropy, rejection sampling, stages;
+        # its verifier's format rule (Sec. 7.1): the last \boxed{} or nothing
+        reward="math-strict", loss_agg="token-mean", adaptive_entropy=True, rejection_sampling=True, curriculum="skywork"),
     "mimo": dict(  # MiMo Sec. 3.3: DAPO-style loss, dynamic sampling, easy-data resampling alpha = 0.1
         clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, easy_pool_alpha=0.1),
     "compass": dict(  # Compass-Thinker Sec. 3-4: +-1 reward, DAPO-style loss, dynamic sampling, easy -> hard stages
@@ -97,7 +98,7 @@ class Config:
     # --- reward ---
     correct_reward: float = opt(1.0, "reward of a correct answer")
     wrong_reward: float = opt(0.0, "reward of a wrong answer (-1 for DAPO / Compass-Thinker, 0 for Ring-lite / Skywork / MiMo)")
-    reward_timeout: float = opt(5.0, "seconds allowed to verify one answer (a timeout scores 0)")
+    reward_timeout: float = opt(5.0, "seconds of wall time for one answer's whole check; the worker that overruns is killed and the answer scores --wrong-reward")
     reward_workers: int = opt(2, "processes verifying answers in parallel (0 = in the training process)")
     # --- loss ---
     loss_agg: str = opt("seq-mean-token-mean", "loss aggregation: seq-mean-token-mean (GRPO), token-mean (DAPO), seq-mean-token-sum")
@@ -133,7 +134,9 @@ class Config:
     rejection_sampling: bool = opt(False, "Skywork-OR1: drop zero-advantage groups, no refill (the batch shrinks)")
     easy_pool_alpha: float = opt(0.0, "MiMo: all-correct prompts move to an easy pool, drawn with this probability per slot; 0 = off")
     curriculum: str = opt("", "staged training: 'skywork' (growing response length) or 'compass' (easy -> hard levels); '' = off")
-    reward: str = opt("math", "reward: 'math' (math-verify) or code modes 'code' (all tests pass), 'code-strict', 'code-soft' (MiMo)")
+    reward: str = opt("math", "reward: 'math' (the final answer wherever a careful grader looks, math-verify equivalence), "
+                               "'math-strict' (last \\boxed{} only: Skywork-OR1's format rule), 'math-dapo' (DAPO's 'Answer:' line "
+                               "and prompt), or code modes 'code' (all tests pass), 'code-strict', 'code-soft' (MiMo); see reward.py")
 
     def validate(self):
         def bad(flag, msg):
@@ -163,8 +166,10 @@ class Config:
             bad("tis-cap", "needs the sampling log-probs of --rollout vllm (the HF engine samples from the trainer's own model)")
         if self.seamless and not self.dynamic_sampling:
             bad("seamless", "is a scheduler for dynamic sampling: add --dynamic-sampling (or a recipe that has it)")
-        if self.reward not in ("math", "code", "code-strict", "code-soft"):
-            bad("reward", f"{self.reward!r} is not one of math, code, code-strict, code-soft")
+        if self.reward not in ("math", "math-strict", "math-dapo", "code", "code-strict", "code-soft"):
+            bad("reward", f"{self.reward!r} is not one of math, math-strict, math-dapo, code, code-strict, code-soft")
+        if self.reward_timeout <= 0:
+            bad("reward-timeout", f"must be > 0 seconds, got {self.reward_timeout}")
 
 
 class ArgParser(argparse.ArgumentParser):
@@ -317,7 +322,7 @@ class Run:
     ent_ctrl: object  # entropy.AdaptiveEntropy or None
     train_set: list
     eval_set: list
-    kind: str  # "math" or "code"
+    kind: str  # the prompt template: "math", "math-dapo" (DAPO's Answer: line) or "code"
     start_step: int = 0
     history: list = field(default_factory=list)
     evals: list = field(default_factory=list)
@@ -336,14 +341,14 @@ def load_inputs(cfg: Config):
         resume_from = latest_checkpoint(cfg.output_dir) if cfg.resume == "auto" else cfg.resume
         if resume_from and not os.path.exists(os.path.join(resume_from, "trainer_state.pt")):
             raise SystemExit(f"error: --resume {cfg.resume!r}: not a checkpoint directory (no trainer_state.pt)")
-    return train_set, eval_set, resume_from, schema or "math"
+    return train_set, eval_set, resume_from, schema or ("math-dapo" if cfg.reward == "math-dapo" else "math")
 
 
 def make_reward(cfg: Config):
-    if cfg.reward == "math":
+    if cfg.reward.startswith("math"):
         from reward import MathReward
 
-        return MathReward(cfg.correct_reward, cfg.wrong_reward, cfg.reward_timeout, cfg.reward_workers)
+        return MathReward(cfg.correct_reward, cfg.wrong_reward, cfg.reward_timeout, cfg.reward_workers, mode=cfg.reward)
     from coding.code_reward import CodeReward
 
     return CodeReward({"code": "all_or_nothing", "code-strict": "strict", "code-soft": "soft"}[cfg.reward])
