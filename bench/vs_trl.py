@@ -2,7 +2,7 @@
 
     pip install -e ".[bench]"                 # TRL (an optional extra; not needed for anything else)
     python bench/vs_trl.py                    # 3 repetitions x 8 steps per side, run A B A B ...
-    python bench/vs_trl.py --reps 1 --steps 4 --engine hf     # the project with the reference HF engine
+    python bench/vs_trl.py --reps 1 --steps 4 --engine hf --train-args "--micro-batch-tokens 0"   # as before the speed-ups
 
 Both sides: the cold-start tiny model (tiny.py), B = 32 built-in-task prompts x G = 8, at most 64 new tokens,
 temperature 1, top-p 1, top-k off, no repetition penalty, AdamW at a constant lr 1e-4 (no warm-up), token-mean loss
@@ -55,7 +55,7 @@ def run_project(a, model_path: str) -> dict:
     argv = ["--model", model_path, "--output-dir", out, "--max-steps", str(a.steps), "--seed", str(a.seed),
             "--batch-size", str(a.prompts * a.group), "--group-size", str(a.group), "--max-new-tokens", str(a.max_new_tokens),
             "--lr", str(a.lr), "--warmup-steps", "0", "--loss-agg", "token-mean", "--threads", "1",
-            "--eval-every", "0", "--eval-problems", "8", "--rollout", a.engine]
+            "--eval-every", "0", "--eval-problems", "8", "--rollout", a.engine, *a.train_args.split()]
     hist = train.main(argv)
     cfg = json.load(open(os.path.join(out, "config.json")))
     from transformers import AutoTokenizer
@@ -128,7 +128,7 @@ def run_trl(a, model_path: str) -> dict:
         "model": model_path, "prompts": digest(pairs), "B": args.per_device_train_batch_size // args.num_generations,
         "G": args.num_generations, "max_new_tokens": gc.max_new_tokens, "lr_per_step": clock.lr,
         "loss": {"dapo": "token-mean"}[args.loss_type], "updates_per_step": [1] * len(clock.lr), "beta": args.beta,
-        "clip": [args.epsilon, args.epsilon_high], "grad_clip": args.max_grad_norm, "threads": torch.get_num_threads(),
+        "clip": [trainer.epsilon_low, trainer.epsilon_high], "grad_clip": args.max_grad_norm, "threads": torch.get_num_threads(),
         "sampling": {"temperature": gc.temperature, "top_p": gc.top_p, "top_k": gc.top_k or 0,
                      "repetition_penalty": gc.repetition_penalty if gc.repetition_penalty is not None else 1.0},
     }
@@ -160,6 +160,7 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--engine", default="fast", help="the project's rollout engine (train.py --rollout)")
+    ap.add_argument("--train-args", default="", help="extra train.py flags for the project side, e.g. '--micro-batch-tokens 0'")
     ap.add_argument("--model", default="", help="model directory (default: the tiny model)")
     ap.add_argument("--side", choices=["trl", "project"], help=argparse.SUPPRESS)  # child mode
     ap.add_argument("--result", help=argparse.SUPPRESS)
@@ -177,7 +178,8 @@ def main():
     model_path = a.model or tiny.get_tiny_model()
     runs = {"project": [], "trl": []}
     fwd = ["--steps", str(a.steps), "--prompts", str(a.prompts), "--group", str(a.group), "--max-new-tokens",
-           str(a.max_new_tokens), "--lr", str(a.lr), "--seed", str(a.seed), "--engine", a.engine, "--model", model_path]
+           str(a.max_new_tokens), "--lr", str(a.lr), "--seed", str(a.seed), "--engine", a.engine, "--model", model_path,
+           f"--train-args={a.train_args}"]
     for rep in range(a.reps):
         for side in ("project", "trl"):  # interleaved: A B A B ...
             with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
@@ -205,7 +207,7 @@ def main():
           f"lr {s['lr_per_step'][0]} constant, loss {s['loss']}, beta {s['beta']}, clip {s['clip']}, {s['threads']} thread, "
           f"sampling {s['sampling']}, prompts sha {s['prompts']}")
     print(f"versions: torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}; "
-          f"project engine {a.engine!r}; cpu count {os.cpu_count()}")
+          f"project engine {a.engine!r}, extra train.py flags {a.train_args!r}; cpu count {os.cpu_count()}")
     print(f"\n{'rep':>3} {'project s/step':>15} {'TRL s/step':>11} {'project tok/s':>14} {'TRL tok/s':>10} {'speed ratio':>12}")
     ratios = []
     for i, (p, t) in enumerate(zip(runs["project"], runs["trl"])):
