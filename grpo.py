@@ -84,6 +84,8 @@ class _ChunkedHead(torch.autograd.Function):
     def forward(ctx, hidden, weight, bias, tokens, temperature, with_entropy, chunk):
         ctx.save_for_backward(hidden, weight, bias, tokens)
         ctx.temperature, ctx.chunk = temperature, chunk
+        dev = hidden.device.type  # under autocast (bf16 mixed precision) the backward recomputes as the forward did
+        ctx.autocast = (dev, torch.get_autocast_dtype(dev), torch.is_autocast_enabled(dev))
         ctx.set_materialize_grads(False)  # an output the loss does not use (the logged entropy) gets None: no work
         acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32 for bf16/fp16, fp64 stays fp64
         logp = torch.empty(hidden.shape[0], dtype=acc, device=hidden.device)
@@ -100,6 +102,12 @@ class _ChunkedHead(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_logp, g_ent):
+        dev, dtype, enabled = ctx.autocast
+        with torch.autocast(dev, dtype=dtype, enabled=enabled):
+            return _ChunkedHead._backward(ctx, g_logp, g_ent)
+
+    @staticmethod
+    def _backward(ctx, g_logp, g_ent):
         hidden, weight, bias, tokens = ctx.saved_tensors
         T, chunk = ctx.temperature, ctx.chunk
         acc = torch.promote_types(hidden.dtype, torch.float32)
@@ -113,7 +121,7 @@ class _ChunkedHead(torch.autograd.Function):
             g_logp = torch.zeros(hidden.shape[0], dtype=acc, device=hidden.device)
         for s in range(0, hidden.shape[0], chunk):
             h = hidden[s : s + chunk]
-            z = _chunk_logits(h, weight, bias, T, acc)  # (c, V), recomputed
+            z, z_dtype = _chunk_logits(h, weight, bias, T, acc, with_dtype=True)  # (c, V), recomputed
             p = torch.softmax(z, dim=-1)
             gl = g_logp[s : s + chunk, None].to(acc)  # (c, 1)
             if g_ent is not None:  # grad = -g_H p (z - E_p z) - g_logp p, built in place in z
@@ -122,7 +130,7 @@ class _ChunkedHead(torch.autograd.Function):
             else:
                 grad = p.mul_(-gl)
             grad.scatter_add_(-1, tokens[s : s + chunk, None], gl)  # + g_logp at the sampled token
-            grad = grad.div_(T).to(hidden.dtype)  # d/d(unscaled logits), in the model's dtype (as autograd would)
+            grad = grad.div_(T).to(z_dtype)  # d/d(unscaled logits), in the matmul's dtype (as autograd would)
             if need_h:
                 g_h[s : s + chunk] = grad @ weight
             if need_w:
@@ -134,9 +142,10 @@ class _ChunkedHead(torch.autograd.Function):
         return g_h, g_w, g_b, None, None, None, None
 
 
-def _chunk_logits(h, weight, bias, temperature, acc):
-    z = h @ weight.T if bias is None else torch.addmm(bias, h, weight.T)  # (c, V) in the model's dtype
-    return z.to(acc).div_(temperature)
+def _chunk_logits(h, weight, bias, temperature, acc, with_dtype=False):
+    z = h @ weight.T if bias is None else torch.addmm(bias, h, weight.T)  # (c, V): model's dtype, or autocast's
+    out = z.to(acc).div_(temperature)
+    return (out, z.dtype) if with_dtype else out
 
 
 def chunked_token_logprobs(hidden, weight, tokens, bias=None, temperature: float = 1.0, with_entropy: bool = False,

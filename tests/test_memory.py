@@ -99,3 +99,22 @@ def test_bfloat16_matches_full_path_and_keeps_fp32_results():
     assert got[0].dtype == got[1].dtype == torch.bfloat16
     for a, r in zip(got, ref):
         torch.testing.assert_close(a.float(), r.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_under_bf16_autocast_fp32_master_weights():
+    """bf16 mixed precision (fp32 weights, autocast): logits in bf16 in the forward and in the recomputing backward,
+    gradients land in fp32 like the weights; values and gradients match the full path under the same autocast."""
+    hid, w, _, tok = _case(n=2, t=9, h=32, v=300)
+    h32, w32 = hid.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        lp_ref, _ = grpo.token_logprobs(h32 @ w32.T, tok, 1.0)
+        lp, _ = grpo.chunked_token_logprobs(h32, w32, tok, None, 1.0, False, chunk_size=4)
+    torch.testing.assert_close(lp, lp_ref, rtol=0, atol=1e-5)
+    ref = _grads(lp_ref.sum(), [h32, w32])
+    got = _grads(lp.sum(), [h32, w32])
+    assert got[0].dtype == got[1].dtype == torch.float32
+    for a, r in zip(got, ref):
+        torch.testing.assert_close(a, r, rtol=1e-2, atol=1e-2)
+    # bf16-rounded logits, not fp32 ones: the fp32 path differs by more than the bf16 tolerance
+    lp32, _ = grpo.token_logprobs(h32 @ w32.T, tok, 1.0)
+    assert (lp32 - lp).abs().max() > 1e-4
