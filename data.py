@@ -17,6 +17,7 @@ Notable features
   * Prompt building: the tokenizer's chat template when it has one, a plain template otherwise, both with
     the instruction used by Ring-lite / Skywork-OR1 / MiMo:
     "Please reason step by step, and put your final answer within \\boxed{}."
+    DAPO's own template (an "Answer:" last line) is build_prompt(kind="math-dapo").
 """
 from __future__ import annotations
 
@@ -24,15 +25,40 @@ import hashlib
 import json
 import os
 import random
+import sys
 from dataclasses import dataclass, field
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 CODE_INSTRUCTION = "Write a complete Python 3 program (or the requested function) in one ```python code block at the end."
 PLAIN_TEMPLATE = "Question: {question}\n" + INSTRUCTION + "\nAnswer: "
+# DAPO's own prompt (BytedTsinghua-SIA/DAPO README, algorithms.md Sec. 2.6): the answer goes on a last line
+# "Answer: ...", which reward.MathReward(mode="math-dapo") reads as DAPO's code does. build_prompt(kind="math-dapo").
+DAPO_TEMPLATE = ("Solve the following math problem step by step. The last line of your response should be of the form "
+                 "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{question}\n\n"
+                 "Remember to put your answer on its own line after \"Answer:\".")
 
 
 class DataError(ValueError):
     """Bad input data; the message names the file, line and field."""
+
+
+def cli(main, argv=None) -> int:
+    """Run a script's `main`: bad input ends in one line `error: ...` on stderr and exit code 2, no traceback.
+
+    The scripts report bad input by raising DataError (data files) or SystemExit("error: ...") (flags, model and
+    checkpoint directories), always before anything is written. Returns the exit code: `sys.exit(data.cli(main))`.
+    """
+    try:
+        main() if argv is None else main(argv)
+        return 0
+    except DataError as e:
+        msg = f"error: {e}"
+    except SystemExit as e:
+        if not (isinstance(e.code, str) and e.code.startswith("error:")):
+            raise
+        msg = e.code
+    print(msg, file=sys.stderr)
+    return 2
 
 
 @dataclass
@@ -407,7 +433,15 @@ def write_jsonl(path: str, rows: list[dict]) -> None:
 # Prompts
 # ------------------------------------------------------------------------------------------------
 def build_prompt(tokenizer, question: str, kind: str = "math") -> str:
-    """Chat template (as a user turn, generation prompt appended) when the tokenizer has one, else plain."""
+    """Chat template (as a user turn, generation prompt appended) when the tokenizer has one, else plain.
+
+    kind: 'math' (the \\boxed{} instruction), 'code', or 'math-dapo' (DAPO's template, the question inside it)."""
+    if kind == "math-dapo":
+        content = DAPO_TEMPLATE.replace("{question}", question)
+        if getattr(tokenizer, "chat_template", None):
+            msgs = [{"role": "user", "content": content}]
+            return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        return content + "\n\n"
     instruction = CODE_INSTRUCTION if kind == "code" else INSTRUCTION
     if getattr(tokenizer, "chat_template", None):
         msgs = [{"role": "user", "content": f"{question}\n{instruction}"}]

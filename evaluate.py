@@ -77,23 +77,26 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rollout", default="hf", help="generation engine: hf or vllm")
     a = ap.parse_args(argv)
+    if a.rollout not in ("hf", "vllm"):
+        raise SystemExit(f"error: --rollout: {a.rollout!r} is not 'hf' or 'vllm'")
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import rollout
     import tiny
 
-    torch.manual_seed(a.seed)
+    examples = data.load_dataset(a.data, split=a.split, n=a.n_problems or None, seed=a.seed)  # bad data: before the model
     path = a.model or tiny.get_tiny_model()
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    examples = data.load_dataset(a.data, split=a.split, n=a.n_problems or None, seed=a.seed)
-    engine = rollout.make_engine(a.rollout, model, tok)
+    model, tok = rollout.load_model(path, torch.float32)
+    torch.manual_seed(a.seed)
+    engine = rollout.make_engine(a.rollout, model, tok, model_path=path, seed=a.seed,
+                                 max_model_len=512 if not a.model else None)
     res = evaluate(engine, tok, examples, MathReward(), a.samples, [int(k) for k in a.k.split(",")],
                    a.temperature, a.top_p, a.max_new_tokens)
     res.pop("samples")
     print(json.dumps(res, indent=1))
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # the guard vLLM's in-process engine needs
+    import sys
+
+    sys.exit(data.cli(main))

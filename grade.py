@@ -508,4 +508,4 @@ def main(argv=None, *, engine=None, tokenizer=None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(data.cli(main))

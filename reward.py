@@ -1,32 +1,83 @@
-"""Math reward: is the model's final answer equivalent to the gold answer? Checked with math-verify.
+"""Math reward: is the model's final answer the gold answer? Graded the way a careful human grader would, with
+math-verify as the equivalence checker, under a hard wall-time bound per completion.
 
-Notable features
-  * Answer extraction as Skywork-OR1's verifier (algorithms.md Sec. 3.7): only the text after the last
-    `</think>` counts when there is one; the answer is the content of the last `\\boxed{...}`; no `\\boxed{}`
-    means wrong. (DAPO's own checker reads an "Answer:" line instead; this project uses \\boxed{} for every
-    recipe, with the instruction from data.py.)
-  * The gold answer is wrapped in `\\boxed{}` before parsing ("a crucial step", Skywork-OR1 Sec. 7.1), so a
-    bare "3/4" is read as the number 3/4 and not as a date or a ratio of strings.
-  * An exact string match is accepted before the symbolic check (as Skywork-OR1's code does), and two plain
-    integers are compared as integers: math-verify's verdict on them, without its ~1 ms per call. This makes
-    the built-in integer task nearly free to score (one worker call per wrong answer was ~20% of a step).
-  * Correct / wrong score `correct_reward` / `wrong_reward`: +1/-1 for DAPO and Compass-Thinker (DAPO Eq. 7),
-    1/0 for Ring-lite, Skywork-OR1 and MiMo. Group advantages are invariant to this affine change; it matters
-    once overlong shaping or other terms are added to the reward.
-  * Every check runs under a timeout in a worker process: a pathological string (a power tower, a huge
-    matrix) cannot hang training. A timed-out check scores 0, whatever the scoring scale, and is counted in
-    the `reward/timeouts` metric. A worker that does not come back is killed and the pool restarted.
-  * Batched: a pool of worker processes scores completions in parallel.
+Modes (MathReward(mode=...); `--reward` in train.py)
+  math         (default) the final answer wherever a careful grader looks, in the text after the last `</think>`
+               (nothing, when a `<think>` is never closed):
+                 1. the last *answer statement* wins: a `\\boxed{}` / `\\fbox{}`, an "Answer: X" / "Final Answer: X"
+                    line, a line "**Final Answer**" followed by the answer, "the (final) answer is X", "#### X".
+                    So a box followed by "wait, that's wrong ... the answer is 9" is graded on 9, and an
+                    intermediate box followed by "Final Answer: 15" on 15.
+                 2. several boxes close together ("x = \\boxed{2} and y = \\boxed{3}") are one answer, compared as
+                    the list "2, 3" (at most 12); a gap of more than 80 characters, or in the gap an answer phrase,
+                    a conclusion ("so", "therefore") or a correction ("wait", "wrong", "should be"), separates them.
+                    A remark after the box ("this answer is correct", "as shown above") is not a statement.
+                 3. a hedge is wrong: two different values offered as the answer ("\\boxed{3} or \\boxed{5}",
+                    "Answer: 7 (or possibly 8)") score wrong even when one of them is right, unless together they
+                    are the gold answer (gold "\\pm 2", answer "\\boxed{2} or \\boxed{-2}").
+                 4. no statement at all: the answer in prose, from the last sentence that holds a number or a formula
+                    ("...so she has 12 apples in total."): the value after "is / are / equals", else the last
+                    formula's right-hand side, else the last number.
+               Rules 1-4 are this project's reading of what a grader does; math-verify's default extraction (which
+               Skywork-OR1's released verifier calls) takes the box first and else the last expression, and does
+               not see hedges or retractions.
+  math-strict  boxed-only, the format requirement of Skywork-OR1 (algorithms.md Sec. 3.7): the last box group after
+               the last `</think>` (the whole text when there is none); no box means wrong, and so does an answer
+               statement after the last box (a retracted box is not the final answer). Multi-box answers and
+               hedges as in `math`. (Skywork-OR1's released `math_verify_reward_function` is looser: it calls
+               math-verify's default extraction, which falls back to the last expression when there is no box.
+               The project follows the paper's boxed format, as the Skywork recipe's prompt asks for it.)
+  math-dapo    DAPO's "Answer:" line, read as DAPO's code reads it (eval/math_dapo.py): only the last 300 characters,
+               the last match of `(?i)Answer\\s*:\\s*([^\\n]+)`; no match means wrong. DAPO then compares
+               Minerva-normalised strings for equality; here the line is compared with the equivalence check below,
+               which agrees with string equality on DAPO-Math-17k's integer answers and also accepts equal values
+               written differently ("1/2" for "0.5"). Use with data.py's DAPO prompt (build_prompt(kind="math-dapo")).
+
+Equivalence (every mode): both answers are normalised, then compared by math-verify with the gold answer wrapped in
+`\\boxed{}` ("a crucial step", Skywork-OR1 Sec. 7.1). Normalisations math-verify lacks:
+  * thousands separators written with LaTeX spacing (`1\\,234`, `1\\;234`, `1~234`, `1\\ 234`, `1 000 000`);
+  * a comma that is not a decimal point: "1,5" is the list 1, 5 (only d,ddd groups are thousands);
+  * repeating decimals (`0.\\overline{3}`, `0.1\\overline{6}`, `0.\\dot{3}`, `0.333\\ldots`) as fractions;
+  * "28 percent" as `28\\%` (math-verify then accepts 28, 28% and 0.28 for a gold 28%);
+  * a whole answer wrapped in `\\text{}` / `\\textbf{}` / `\\mathrm{}` / `\\mbox{}`, and "12 apples" as 12;
+  * every empty-set symbol (`\\emptyset`, `\\varnothing`, `\\{\\}`, `\\O`) as one;
+  * an inequality in one variable as its interval (`x > 3` is `(3,\\infty)`; "x \\le 1 or x \\ge 3" a union);
+  * a column vector / `\\langle\\rangle` as a tuple; `°` as `^\\circ`;
+  * multiple-choice letters and word answers ("Yes", `\\text{Evelyn}`) compared as letters / words.
+  An exact string match and two plain integers need no math-verify (the built-in task's `\\boxed{18}`; ~1 ms saved
+  per call at 256 responses a step). A candidate answer longer than 20 x the gold + 200 characters is wrong without
+  parsing: no grader reads a 100k-character "final answer" as a short gold.
+
+Scoring: correct -> `correct_reward`, anything else -> `wrong_reward` (+1/-1 for DAPO and Compass-Thinker, DAPO
+Eq. 7; 1/0 for Ring-lite, Skywork-OR1, MiMo). A check that runs out of time scores `wrong_reward` too, and is
+counted in `reward/timeouts`: a pathological answer must never beat a wrong one.
+
+Hard time bound: every completion that needs math-verify is checked in a worker process, under a SIGALRM for the
+whole check (extraction, normalisation, every parse and verify together, not per math-verify stage). A worker
+that has not answered `timeout + KILL_GRACE` seconds after it got the job (a C-level loop SIGALRM cannot
+interrupt) is killed, its job scored as a timeout, and a warm spare worker takes its place at once (a new spare
+starts in the background). So a pathological answer costs its worker at most one timeout, and the honest answers
+beside it are still scored by the other workers. With `workers=0` the check runs in the calling thread: bounded by
+SIGALRM in the main thread only (not in seamless' scoring thread), and a C-level hang is not interrupted.
 """
 from __future__ import annotations
 
+import collections
+import logging
 import multiprocessing as mp
+import multiprocessing.connection
 import os
 import re
+import signal
+import threading
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 
-from data import last_boxed
+MODES = ("math", "math-strict", "math-dapo")
+KILL_GRACE = 0.25  # seconds past the timeout before a silent worker is killed
+FAST_MAX_CHARS = 20_000  # longer completions are read in a worker, under the time bound
+START_TIMEOUT = 120.0  # seconds a fresh pool may take to import math-verify
 
 
 @dataclass
@@ -34,27 +85,300 @@ class Verdict:
     correct: bool
     timed_out: bool = False
     extracted: str | None = None
+    seconds: float = 0.0  # wall time of the check as the caller saw it (0 for the in-process shortcuts)
 
 
-def extract_answer(completion: str) -> str | None:
-    """Content of the last \\boxed{} in the text after the last </think> (the whole text if there is none)."""
+# ================================================================================================
+# 1. Extraction: where the final answer is
+# ================================================================================================
+def final_text(completion: str, mode: str = "math") -> str:
+    """The part of the completion a grader reads: after the last </think>; nothing if a <think> never closes."""
     if "</think>" in completion:
-        completion = completion.rsplit("</think>", 1)[1]
-    return last_boxed(completion)
+        return completion.rsplit("</think>", 1)[1]
+    if mode == "math" and "<think>" in completion:
+        return ""
+    return completion
 
 
-def _norm(s: str) -> str:
-    return s.strip().replace(" ", "").rstrip(".")
+_BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BOX_BARE = re.compile(r"\\boxed[ \t]+([^\s${}]+)")  # LaTeX's brace-less argument: \boxed 5
+_BRACE = re.compile(r"(?<!\\)[{}]")  # \{ \} are literal braces (set notation), not groups
 
 
+def find_boxes(text: str) -> list[tuple[int, int, str]]:
+    """Every outermost \\boxed{...} / \\fbox{...} as (start, end, content), in order. Linear time: braces are matched
+    once with a stack, so 10k nested braces or 100k unclosed boxes cost one pass."""
+    if "\\boxed" not in text and "\\fbox" not in text:
+        return []
+    close_of, stack = {}, []
+    for m in _BRACE.finditer(text):
+        if m.group() == "{":
+            stack.append(m.start())
+        elif stack:
+            close_of[stack.pop()] = m.start()
+    found = []
+    for m in _BOX_OPEN.finditer(text):
+        j = m.end() - 1
+        if j in close_of:
+            found.append((m.start(), close_of[j] + 1, text[j + 1 : close_of[j]]))
+    found += [(m.start(), m.end(), m.group(1)) for m in _BOX_BARE.finditer(text)]
+    found.sort()
+    out, end = [], -1
+    for b in found:  # drop boxes nested in a box already taken
+        if b[0] >= end:
+            out.append(b)
+            end = b[1]
+    return out
+
+
+# Answer statements. Each pattern matches the lead only; the answer is read from at most MAX_LINE characters after
+# it (to the end of the line, for a phrase to the end of the sentence), so that no input makes extraction quadratic.
+MAX_LINE = 400
+MAX_GROUP = 12  # boxes read as one answer at most
+_ANSWER_LINE = re.compile(r"(?i)\b(?:final\s+answer|answer)[ \t*_]{0,8}[:：][ \t*_]{0,8}")  # "Answer: X", "**Final Answer:** X"
+_ANSWER_HEAD = re.compile(r"(?im)^[ \t#*_>]{0,8}(?:final\s+answer|answer)[ \t*_:：]{0,8}\n[ \t\n]{0,8}")  # "**Final Answer**\nX"
+_ANSWER_IS = re.compile(r"(?i)\banswer\s+(?:is|would\s+be|should\s+be|=)\s{0,8}:?\s{0,8}")  # "the (final) answer is X"
+_HASHES = re.compile(r"(?m)^[ \t]{0,8}####[ \t]{0,8}")  # GSM8K's "#### X"
+# A correction after the last box: "..., it should be 16", "the correct total is 18" (a value only: "x should be an
+# integer" is no answer).
+_CORRECTION = re.compile(r"(?i)\b(?:should\s+be|correct\s+\w+\s+is|correct\s+\w+\s+should\s+be)\s{0,8}:?\s{0,8}"
+                         r"(?=\$|[-+]?\d)")
+_NOT_AN_ANSWER = re.compile(r"(?i)(?:as\s+)?(?:correct|right|wrong|incorrect|consistent|reasonable|valid|verified|"
+                            r"confirmed|indeed|clearly|follows|below|above|shown|computed|found|given|not|likely|"
+                            r"unchanged|the same|this|that)\b")
+_VALUE = re.compile(r"\$[^$\n]{1,300}\$|[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+_SENTENCE_END = re.compile(r"\.(?:\s|$)|\bI hope\b")
+_ANSWER_WORDS = re.compile(r"(?i)answer\s*(?:is|:|：)|final\s+answer|\bwait\b|\bactually\b|\bhowever\b|\binstead\b"
+                           r"|\bso\b|\btherefore\b|\bthus\b|\bhence\b"
+                           r"|\bcorrect\b|\bcorrect(?:ing|ion)\b|\bwrong\b|\bmistake\b|\berror\b|\bshould\s+be\b")
+
+
+def _last_statement(text: str) -> tuple[int, str] | None:
+    """(position, answer text) of the last answer line / phrase whose answer holds no box (that one is the box's)."""
+    leads = sorted(((m.end(), rx) for rx in (_ANSWER_LINE, _ANSWER_HEAD, _ANSWER_IS, _HASHES, _CORRECTION)
+                    for m in rx.finditer(text)), key=lambda t: t[0], reverse=True)
+    for pos, rx in leads:
+        a = text[pos : pos + MAX_LINE].split("\n", 1)[0]
+        if rx in (_ANSWER_LINE, _ANSWER_IS):
+            end = _SENTENCE_END.search(a)
+            a = a[: end.start()] if end else a
+        elif rx is _CORRECTION:
+            m = _VALUE.match(a)
+            if m is None:
+                continue
+            a = m.group()
+        if not a.strip() or _NOT_AN_ANSWER.match(a.strip()):  # "... this answer is correct."
+            continue
+        if "\\boxed" not in a and "\\fbox" not in a:
+            words = re.sub(r"\\[a-zA-Z]+|\$[^$]*\$", "", a)
+            if "$" in a and re.search(r"[a-zA-Z]{3,}", words):  # a sentence on the answer line: read it as prose
+                a = _prose_answer(a) or a
+            return pos, a.strip()
+    return None
+
+
+_MATH_SEG = re.compile(r"\$\$?([^$]{1,300})\$\$?|\\\((.{1,300}?)\\\)|\\\[(.{1,300}?)\\\]", re.S)
+_AFTER_VERB = re.compile(r"\b(?:is|are|equals|was|be)\s{1,8}(\$[^$]{1,300}\$|[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?)")
+_NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+
+
+def _prose_answer(text: str) -> str | None:
+    """No answer statement: the last sentence holding a number or formula, read as a grader reads prose."""
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+|\n+", text.strip()) if re.search(r"\d|\$|\\\(", s)]
+    if not sentences:
+        return None
+    s = sentences[-1][-2000:]
+    verb = list(_AFTER_VERB.finditer(s))
+    if verb:
+        a = verb[-1].group(1)
+        return a.strip("$").split("=")[-1].strip() if a.startswith("$") else a.rstrip(",")
+    segs = [next(g for g in m.groups() if g is not None) for m in _MATH_SEG.finditer(s)]
+    if segs:
+        return segs[-1].split("=")[-1].strip()
+    nums = _NUMBER.findall(s)
+    return nums[-1].rstrip(",") if nums else None
+
+
+def _box_group(text: str, boxes) -> list[str]:
+    """The last box and the boxes just before it that belong to the same answer statement."""
+    group = collections.deque([boxes[-1]])
+    for b in reversed(boxes[:-1]):
+        gap = text[b[1] : group[0][0]]
+        if len(gap) > 80 or _ANSWER_WORDS.search(gap) or len(group) == MAX_GROUP:
+            break
+        group.appendleft(b)
+    return [b[2] for b in group if b[2].strip()] or [group[-1][2]]
+
+
+def extract(completion: str, mode: str = "math") -> list[str] | None:
+    """The final answer as a list of parts (one part, or the parts of a multi-box / "or" answer); None: no answer."""
+    if mode == "math-dapo":
+        found = re.findall(r"(?i)Answer\s*:\s*([^\n]+)", completion[-300:])
+        return split_alternatives(found[-1]) if found else None
+    text = final_text(completion, mode)
+    boxes = find_boxes(text)
+    opened = [m.start() for m in _BOX_OPEN.finditer(text[boxes[-1][1]:] if boxes else text)]
+    if opened:  # cut off while writing the box: an unfinished answer
+        return None
+    last_stmt = _last_statement(text)
+    if mode == "math-strict":  # the final answer must be boxed: a later unboxed correction voids the box
+        if not boxes or (last_stmt is not None and last_stmt[0] > boxes[-1][0]):
+            return None
+        return split_alternatives_all(_box_group(text, boxes))
+    if boxes and (last_stmt is None or boxes[-1][0] > last_stmt[0]):
+        return split_alternatives_all(_box_group(text, boxes))
+    if last_stmt is not None:
+        return split_alternatives(last_stmt[1]) if last_stmt[1] else None
+    prose = _prose_answer(text)
+    return [prose] if prose else None
+
+
+def extract_answer(completion: str, mode: str = "math") -> str | None:
+    """The final answer as one string ("2, 3" for a two-box answer), or None."""
+    parts = extract(completion, mode)
+    return None if parts is None else ", ".join(parts)
+
+
+# ================================================================================================
+# 2. Normalisation: one answer, written the way math-verify reads it best
+# ================================================================================================
+_OR = re.compile(r"\\text\{\s*or\s*\}|\\mbox\{\s*or\s*\}|\bor\b|\\vee")
+_HEDGE_WORDS = re.compile(r"(?i)\b(?:either|possibly|maybe|perhaps|probably|equivalently)\b")
+_INEQ = re.compile(r"\\leqslant|\\geqslant|\\leq|\\geq|\\le\b|\\ge\b|\\lt\b|\\gt\b|≤|≥|<=|>=|<|>")
+_OP = {"\\leqslant": "<=", "\\geqslant": ">=", "\\leq": "<=", "\\geq": ">=", "\\le": "<=", "\\ge": ">=",
+       "\\lt": "<", "\\gt": ">", "≤": "<=", "≥": ">=", "<=": "<=", ">=": ">=", "<": "<", ">": ">"}
+
+
+def _inequality_interval(s: str) -> str | None:
+    """'x > 3' -> '(3,\\infty)', '-2 \\le x < 5' -> '[-2,5)'; None unless s is one such inequality in one variable."""
+    pieces = _INEQ.split(s)
+    ops = [_OP[o] for o in _INEQ.findall(s)]
+    pieces = [p.strip().strip("$") for p in pieces]
+    var = re.compile(r"^[a-zA-Z]$")
+    if len(ops) == 1 and var.match(pieces[0]) and pieces[1]:  # x op a
+        a, op = pieces[1], ops[0]
+        return {"<": f"(-\\infty,{a})", "<=": f"(-\\infty,{a}]", ">": f"({a},\\infty)", ">=": f"[{a},\\infty)"}[op]
+    if len(ops) == 1 and var.match(pieces[1]) and pieces[0]:  # a op x
+        a, op = pieces[0], ops[0]
+        return {">": f"(-\\infty,{a})", ">=": f"(-\\infty,{a}]", "<": f"({a},\\infty)", "<=": f"[{a},\\infty)"}[op]
+    if len(ops) == 2 and var.match(pieces[1]) and ops[0][0] == ops[1][0] == "<" and pieces[0] and pieces[2]:
+        return ("[" if ops[0] == "<=" else "(") + f"{pieces[0]},{pieces[2]}" + ("]" if ops[1] == "<=" else ")")
+    return None
+
+
+def split_alternatives(answer: str) -> list[str]:
+    """One answer text -> its parts: "3 or 5" -> ["3", "5"] (a hedge, or a two-valued answer); inequalities joined
+    by "or" -> one union of intervals."""
+    parts = [p for p in _OR.split(answer)]
+    if len(parts) == 1:
+        return [answer.strip()]
+    parts = [_HEDGE_WORDS.sub("", p).strip(" \t,;$()") for p in parts]
+    parts = [p for p in parts if p]
+    intervals = [_inequality_interval(p) for p in parts]
+    if len(parts) > 1 and all(intervals):
+        return ["\\cup".join(intervals)]
+    return parts or [answer.strip()]
+
+
+def split_alternatives_all(answers: list[str]) -> list[str]:
+    return [p for a in answers for p in split_alternatives(a)]
+
+
+_WRAPPER = re.compile(r"^\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{(.*)\}$", re.S)
+_THOUSANDS_TEX = re.compile(r"(?<=\d)(?:\\[,;:! ]|~|\{,\}|\\thinspace\s?)(?=\d{3}(?!\d))")
+_EMPTY = re.compile(r"^(?:\\emptyset|\\varnothing|\\O|\\\{\s*(?:\\[,;: ])?\s*\\\}|\{\s*\})$")
+_REPEAT_BAR = re.compile(r"(-?)(\d*)\.(\d*)(?:\\(?:overline|dot)\{?(\d+)\}?|\((\d+)\))")
+_REPEAT_DOTS = re.compile(r"^(-?)(\d*)\.(\d+)\s*(?:\\ldots|\\dots|\\cdots|\.\.\.)$")
+_VECTOR = re.compile(r"^\\begin\{([pbv]?matrix)\}(.*?)\\end\{\1\}$", re.S)
+_LANGLE = re.compile(r"^\\langle(.*)\\rangle$", re.S)
+_CHOICE = re.compile(r"^\(?([A-E])\)?$|^\(([A-E])\)\s")  # "B", "(B)", "(B) 12"
+_NO_SOLUTION = {"no solution", "no solutions", "no real solution", "no real solutions", "no real roots", "none"}
+_UNIT_WORDS = re.compile(r"^([-+]?\d[\d,]*(?:\.\d+)?)\s*(?:[a-zA-Z]{2,}\s*)+(?:\^\{?[23]\}?)?$")
+
+
+def _fraction_of_repeating(sign: str, whole: str, pre: str, rep: str) -> str:
+    """0.1(6) -> 1/6: the exact value of a decimal whose digits `rep` repeat after `pre`."""
+    value = Fraction(int(whole or "0")) + Fraction(int(pre or "0"), 10 ** len(pre)) \
+        + Fraction(int(rep), (10 ** len(rep) - 1) * 10 ** len(pre))
+    value = -value if sign else value
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}" if value.denominator != 1 else str(value.numerator)
+
+
+def _repeating_dots(m) -> str | None:
+    """0.333... / 0.1666... : the shortest period that repeats at least three times at the end of the digits."""
+    sign, whole, digits = m.groups()
+    for period in range(1, len(digits) // 3 + 1):
+        rep = digits[-period:]
+        k = len(digits) - period
+        while k >= period and digits[k - period : k] == rep:
+            k -= period
+        if len(digits) - k >= 3 * period or (period > 1 and len(digits) - k >= 2 * period):
+            return _fraction_of_repeating(sign, whole, digits[:k], rep)
+    return None
+
+
+def normalize(ans: str) -> str:
+    """One answer part, in a form math-verify reads as the grader means it."""
+    s = ans.strip()
+    for _ in range(3):
+        s = s.strip().rstrip(".").strip()
+        if s.startswith("$") and s.endswith("$") and len(s) > 1:
+            s = s.strip("$")
+        for a, b in (("\\(", "\\)"), ("\\[", "\\]")):
+            if s.startswith(a) and s.endswith(b):
+                s = s[len(a) : -len(b)]
+        m = _WRAPPER.match(s)
+        if m and "}" not in m.group(1).replace("\\}", ""):
+            s = m.group(1).replace("$", "")
+        if s.startswith("\\left(") and s.endswith("\\right)") and "," not in s:
+            s = s[6:-7]
+    s = s.replace("°", "^\\circ").replace("\\!", "")
+    s = re.sub(r"\s*(?:\\text\{\s*(?:percent|pct)\s*\}|\bpercent\b|\bpct\b)", "\\%", s)
+    s = _THOUSANDS_TEX.sub("", s)
+    if re.fullmatch(r"[-+]?\d{1,3}(?: \d{3})+(?:\.\d+)?", s):
+        s = s.replace(" ", "")
+    if re.fullmatch(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", s):
+        s = s.replace(",", "")
+    if _EMPTY.match(s.replace(" ", "")):
+        return "\\emptyset"
+    s = _REPEAT_BAR.sub(lambda m: _fraction_of_repeating(*m.groups()[:3], m.group(4) or m.group(5)), s)
+    m = _REPEAT_DOTS.match(s)
+    if m and (f := _repeating_dots(m)):
+        s = f
+    m = _VECTOR.match(s)
+    if m and "&" not in m.group(2):
+        s = "(" + ", ".join(x.strip() for x in m.group(2).split("\\\\") if x.strip()) + ")"
+    m = _LANGLE.match(s)
+    if m:
+        s = "(" + m.group(1).strip() + ")"
+    m = _UNIT_WORDS.match(s)
+    if m:
+        s = m.group(1)
+    interval = _inequality_interval(s)
+    return interval if interval else s
+
+
+def _plain_words(s: str) -> str | None:
+    """'\\text{Evelyn}' -> 'evelyn'; None unless the answer is words (letters and spaces, at least two letters)."""
+    s = re.sub(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}", r"\1", s).strip(" .$")
+    return s.lower() if re.fullmatch(r"[A-Za-z][A-Za-z ]*[A-Za-z]", s) else None
+
+
+def _choice(s: str) -> str | None:
+    s = re.sub(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}", r"\1", s).strip(" .$")
+    m = _CHOICE.match(s)
+    return (m.group(1) or m.group(2)) if m else None
+
+
+# ================================================================================================
+# 3. Equivalence
+# ================================================================================================
 _INT = re.compile(r"[+-]?\d+")
 
 
-def _fast_verdict(pred: str | None, gold: str) -> bool | None:
-    """The verdicts that need no math-verify: no answer (wrong), the same string, two plain integers; else None."""
-    if pred is None or not pred.strip():
-        return False
-    p, g = _norm(pred), _norm(gold)
+def _fast(pred: str, gold: str) -> bool | None:
+    """The verdicts that need no math-verify: the same string, two plain integers; else None."""
+    p, g = pred.strip().replace(" ", "").rstrip("."), gold.strip().replace(" ", "").rstrip(".")
     if p == g:
         return True
     if _INT.fullmatch(p) and _INT.fullmatch(g):
@@ -62,50 +386,187 @@ def _fast_verdict(pred: str | None, gold: str) -> bool | None:
     return None
 
 
-def check(completion: str, gold: str, timeout: float = 5.0) -> Verdict:
-    """Verdict for one completion, in this process. math-verify's own timeouts use SIGALRM: main thread only."""
-    pred = extract_answer(completion)
-    fast = _fast_verdict(pred, gold)
+def _parse(s: str):
+    from math_verify import parse
+
+    return parse("\\boxed{" + s + "}", parsing_timeout=None)
+
+
+def equivalent(pred: str, gold: str) -> bool:
+    """Is the answer `pred` the gold answer? (one answer each; both normalised here)."""
+    if not pred.strip():
+        return False
+    fast = _fast(pred, gold)
     if fast is not None:
-        return Verdict(fast, extracted=pred)
-    from math_verify import parse, verify
-    from math_verify.errors import TimeoutException  # a BaseException: `except Exception` does not catch it
+        return fast
+    if len(pred) > 20 * len(gold) + 200:
+        return False
+    p, g = normalize(pred), normalize(gold)
+    fast = _fast(p, g)
+    if fast is not None:
+        return fast
+    if "\\emptyset" in (p, g):
+        return p == g or (_plain_words(p if g == "\\emptyset" else g) or "") in _NO_SOLUTION
+    if (cg := _choice(gold)) is not None:
+        return _choice(pred) == cg
+    if (wg := _plain_words(gold)) is not None and not re.search(r"\d", pred):
+        return _plain_words(pred) == wg
+    from math_verify import verify
 
-    to = max(1, int(round(timeout)))
+    gp, pp = _parse(g), _parse(p)
+    return bool(gp) and bool(pp) and bool(verify(gp, pp, timeout_seconds=None))
+
+
+def grade(parts: list[str] | None, gold: str) -> bool:
+    """A final answer (its parts) against the gold: one value; or several that are together the gold answer
+    (a multi-box answer); several different values that are not the gold together are a hedge: wrong."""
+    if not parts:
+        return False
+    if len(parts) == 1:
+        return equivalent(parts[0], gold)
+    if all(equivalent(p, parts[0]) for p in parts[1:]):  # the same value repeated
+        return equivalent(parts[0], gold)
+    return equivalent(", ".join(normalize(p) for p in parts), gold)
+
+
+def _fast_verdict(parts: list[str] | None, gold: str) -> bool | None:
+    """In-process shortcut: no answer (wrong), one part that is the gold string or an integer vs an integer."""
+    if not parts:
+        return False
+    if len(parts) == 1:
+        return _fast(parts[0], gold)
+    return None
+
+
+# ================================================================================================
+# 4. One check under a whole-call time bound
+# ================================================================================================
+class _Timeout(BaseException):
+    """Raised by SIGALRM; a BaseException so that no `except Exception` on the way (sympy, math-verify) eats it."""
+
+
+def _on_alarm(signum, frame):
+    raise _Timeout()
+
+
+def _quiet_math_verify():
+    for name in ("math_verify", "math_verify.parser", "math_verify.grader", "math_verify.utils"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def check(completion: str, gold: str, mode: str = "math", timeout: float = 5.0) -> Verdict:
+    """Verdict for one completion, in this process. The whole check (extraction included) runs under one SIGALRM
+    of `timeout` seconds when called from the main thread; elsewhere it runs unbounded."""
+    t0 = time.monotonic()
+    armed = timeout > 0 and threading.current_thread() is threading.main_thread()
+    if armed:
+        old = signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+    parts = None
     try:
-        g = parse("\\boxed{" + gold + "}", parsing_timeout=to, raise_on_error=True)
-        p = parse("\\boxed{" + pred + "}", parsing_timeout=to, raise_on_error=True)
-        ok = bool(g) and bool(p) and verify(g, p, timeout_seconds=to, raise_on_error=True)
-    except (TimeoutError, TimeoutException):
-        return Verdict(False, timed_out=True, extracted=pred)
-    except Exception:  # an unparseable answer is a wrong answer
-        return Verdict(False, extracted=pred)
-    return Verdict(bool(ok), extracted=pred)
+        _quiet_math_verify()
+        parts = extract(completion, mode)
+        ok = grade(parts, gold)
+        return Verdict(ok, extracted=None if parts is None else ", ".join(parts), seconds=time.monotonic() - t0)
+    except _Timeout:
+        return Verdict(False, timed_out=True, extracted=None if parts is None else ", ".join(parts),
+                       seconds=time.monotonic() - t0)
+    except Exception:  # an answer that breaks the parser is a wrong answer
+        return Verdict(False, extracted=None if parts is None else ", ".join(parts), seconds=time.monotonic() - t0)
+    finally:
+        if armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
 
 
-def _work(args):
-    return check(*args)
+# ================================================================================================
+# 5. Worker processes that can be killed one at a time
+# ================================================================================================
+def _worker_main(conn):
+    """Worker loop: import math-verify, say 'ready', then check jobs (job id, function, args) until None."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle
+    _quiet_math_verify()
+    for pred, gold in (("x^2+2x+1", "(x+1)^2"), ("[1,2)", "x \\ge 1"), ("\\frac{\\sqrt{2}}{2}", "0.7071")):
+        check(f"\\boxed{{{pred}}}", gold, "math", 0)  # warm: the first job must not pay sympy's lazy imports
+    conn.send("ready")
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        jid, fn, args = msg
+        try:
+            v = fn(*args)
+        except BaseException:
+            v = Verdict(False)
+        conn.send((jid, v))
+
+
+class _Worker:
+    def __init__(self, ctx):
+        self.conn, child = ctx.Pipe()
+        # spawn, not fork: the trainer has torch threads (and maybe CUDA) that must not be forked
+        self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True)
+        self.proc.start()
+        child.close()
+        self.ready, self.job, self.t0 = False, None, 0.0
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.join()
+        self.conn.close()
 
 
 class MathReward:
-    """Scores completions against gold answers on a pool of `workers` processes (0 = in this process)."""
+    """Scores completions against gold answers: (rewards, correct, metrics) for a batch.
 
-    def __init__(self, correct_reward: float = 1.0, wrong_reward: float = 0.0, timeout: float = 5.0, workers: int | None = None):
-        self.correct_reward, self.wrong_reward, self.timeout = correct_reward, wrong_reward, timeout
+    mode: 'math' (default, a careful grader), 'math-strict' (boxed only), 'math-dapo' (DAPO's "Answer:" line).
+    workers: checking processes (0 = in the calling thread); a warm spare waits beside them to replace a killed one.
+    check_fn: the function a worker runs per completion (module-level, for pickling); `check` unless a test swaps it.
+    """
+
+    def __init__(self, correct_reward: float = 1.0, wrong_reward: float = 0.0, timeout: float = 5.0,
+                 workers: int | None = None, mode: str = "math", check_fn=None):
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        self.correct_reward, self.wrong_reward, self.timeout, self.mode = correct_reward, wrong_reward, timeout, mode
         self.workers = min(2, os.cpu_count() or 1) if workers is None else workers
-        self._pool = None
+        self.check_fn = check if check_fn is None else check_fn
+        self._pool: list[_Worker] = []
+        self._spare: _Worker | None = None
+        self._ctx = mp.get_context("spawn")
 
-    def _get_pool(self):
-        if self._pool is None and self.workers > 0:
-            # spawn, not fork: the trainer has torch threads (and maybe CUDA) that must not be forked
-            self._pool = mp.get_context("spawn").Pool(self.workers)
-        return self._pool
+    # --- pool -----------------------------------------------------------------------------------
+    def _start(self):
+        while len(self._pool) < self.workers:
+            self._pool.append(_Worker(self._ctx))
+        if self._spare is None:
+            self._spare = _Worker(self._ctx)
+
+    def _replace(self, w: _Worker):
+        """Kill a worker; the spare takes its place and a new spare starts (in the background)."""
+        w.kill()
+        self._pool[self._pool.index(w)] = self._spare
+        self._spare = _Worker(self._ctx)
+
+    def warm(self, wait: float = START_TIMEOUT):
+        """Start the workers and the spare and wait until every one has imported math-verify."""
+        self._start()
+        deadline = time.monotonic() + wait
+        for w in self._pool + [self._spare]:
+            while not w.ready:
+                if not w.conn.poll(max(0.0, deadline - time.monotonic())):
+                    raise RuntimeError(f"a reward worker did not start within {wait:.0f} s")
+                w.ready = w.conn.recv() == "ready"
 
     def close(self):
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
-            self._pool = None
+        for w in self._pool + ([self._spare] if self._spare else []):
+            w.kill()
+        self._pool, self._spare = [], None
 
     def __del__(self):
         try:
@@ -113,42 +574,74 @@ class MathReward:
         except Exception:
             pass
 
+    # --- scoring --------------------------------------------------------------------------------
     def verdicts(self, completions: list[str], golds: list[str]) -> list[Verdict]:
         if len(completions) != len(golds):
             raise ValueError(f"{len(completions)} completions but {len(golds)} gold answers")
-        # Missing answers, exact matches and integers need no worker: the whole built-in task.
+        # No answer, an exact match, integers: no math-verify, no worker (the whole built-in task).
         out: list[Verdict | None] = [None] * len(completions)
-        todo = []
+        todo = collections.deque()
         for i, (c, g) in enumerate(zip(completions, golds)):
-            pred = extract_answer(c)
-            fast = _fast_verdict(pred, g)
+            parts = extract(c, self.mode) if len(c) <= FAST_MAX_CHARS else None
+            fast = _fast_verdict(parts, g) if len(c) <= FAST_MAX_CHARS else None
             if fast is None:
                 todo.append(i)
             else:
-                out[i] = Verdict(fast, extracted=pred)
-        pool = self._get_pool() if todo else None
-        if pool is None:
-            for i in todo:
-                out[i] = check(completions[i], golds[i], self.timeout)
+                out[i] = Verdict(fast, extracted=None if parts is None else ", ".join(parts))
+        if not todo:
             return out
-        jobs = {i: pool.apply_async(_work, ((completions[i], golds[i], self.timeout),)) for i in todo}
-        # Backstop for hangs that math-verify's own SIGALRM cannot interrupt: every job must be done by this
-        # deadline (queueing included); whatever is not is scored as a timeout and the pool is restarted.
-        deadline = time.monotonic() + 2 * self.timeout + self.timeout * len(todo) / max(1, self.workers)
-        hung = False
-        for i, job in jobs.items():
-            try:
-                out[i] = job.get(timeout=max(0.0, deadline - time.monotonic()))
-            except mp.TimeoutError:
-                out[i] = Verdict(False, timed_out=True, extracted=extract_answer(completions[i]))
-                hung = True
-        if hung:
-            self.close()
+        if self.workers <= 0:
+            for i in todo:
+                out[i] = self.check_fn(completions[i], golds[i], self.mode, self.timeout)
+            return out
+        self._run(todo, completions, golds, out)
         return out
 
+    def _run(self, todo, completions, golds, out):
+        """Deal the jobs to idle workers; kill and replace a worker whose job overruns timeout + KILL_GRACE."""
+        self._start()
+        limit = self.timeout + KILL_GRACE
+        started = time.monotonic()
+        while todo or any(w.job is not None for w in self._pool):
+            now = time.monotonic()
+            for w in self._pool:
+                if w.ready and w.job is None and todo:
+                    i = todo.popleft()
+                    w.conn.send((i, self.check_fn, (completions[i], golds[i], self.mode, self.timeout)))
+                    w.job, w.t0 = i, now
+            for w in list(self._pool):
+                if w.job is not None and now - w.t0 > limit:
+                    out[w.job] = Verdict(False, timed_out=True, seconds=now - w.t0)
+                    self._replace(w)
+            busy = [w.t0 + limit for w in self._pool if w.job is not None]
+            if not busy and not any(w.ready for w in self._pool) and now - started > START_TIMEOUT:
+                raise RuntimeError(f"no reward worker started within {START_TIMEOUT:.0f} s")
+            wait = max(0.0, min(busy) - now) if busy else 0.5
+            conns = [w.conn for w in self._pool] + ([self._spare.conn] if self._spare and not self._spare.ready else [])
+            for conn in mp.connection.wait(conns, timeout=wait):
+                w = next((x for x in self._pool + [self._spare] if x is not None and x.conn is conn), None)
+                if w is None:
+                    continue
+                try:
+                    msg = conn.recv()
+                except (EOFError, OSError):  # the worker died (out of memory, killed from outside)
+                    if w.job is not None:
+                        out[w.job] = Verdict(False, timed_out=True, seconds=time.monotonic() - w.t0)
+                    if w is self._spare:
+                        w.kill()
+                        self._spare = _Worker(self._ctx)
+                    else:
+                        self._replace(w)
+                    continue
+                if msg == "ready":
+                    w.ready = True
+                elif w.job is not None and msg[0] == w.job:
+                    v = msg[1]
+                    v.seconds = time.monotonic() - w.t0
+                    out[w.job], w.job = v, None
+
     def __call__(self, completions: list[str], golds: list[str]):
-        """(rewards, correct, metrics): floats, bools and a dict with `reward/timeouts`."""
+        """(rewards, correct, metrics): floats, bools and a dict with `reward/timeouts`. A timeout scores wrong."""
         v = self.verdicts(completions, golds)
-        rewards = [0.0 if x.timed_out else (self.correct_reward if x.correct else self.wrong_reward) for x in v]
-        correct = [x.correct for x in v]
-        return rewards, correct, {"reward/timeouts": sum(x.timed_out for x in v)}
+        rewards = [self.correct_reward if x.correct else self.wrong_reward for x in v]
+        return rewards, [x.correct for x in v], {"reward/timeouts": sum(x.timed_out for x in v)}

@@ -34,6 +34,7 @@ import math
 import os
 import random
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -56,8 +57,9 @@ RECIPES = {
         wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, overlong_buffer=16),
     "c3po": dict(  # Ring-lite Sec. 3.2, 4.1: token budget, KL 1e-3, entropy bonus 5e-4, 1/0 reward
         token_budget=4096, kl_coef=1e-3, entropy_coef=5e-4),
-    "skywork": dict(  # Skywork-OR1 MAGIC Sec. 3: token-mean, no KL, adaptive entropy, rejection sampling, stages
-        loss_agg="token-mean", adaptive_entropy=True, rejection_sampling=True, curriculum="skywork"),
+    "skywork": dict(  # Skywork-OR1 MAGIC Sec. 3: token-mean, no KL, adaptive entropy, rejection sampling, stages;
+        # its verifier's format rule (Sec. 7.1): the last \boxed{} or nothing
+        reward="math-strict", loss_agg="token-mean", adaptive_entropy=True, rejection_sampling=True, curriculum="skywork"),
     "mimo": dict(  # MiMo Sec. 3.3: DAPO-style loss, dynamic sampling, easy-data resampling alpha = 0.1
         clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, easy_pool_alpha=0.1),
     "compass": dict(  # Compass-Thinker Sec. 3-4: +-1 reward, DAPO-style loss, dynamic sampling, easy -> hard stages
@@ -96,7 +98,7 @@ class Config:
     # --- reward ---
     correct_reward: float = opt(1.0, "reward of a correct answer")
     wrong_reward: float = opt(0.0, "reward of a wrong answer (-1 for DAPO / Compass-Thinker, 0 for Ring-lite / Skywork / MiMo)")
-    reward_timeout: float = opt(5.0, "seconds allowed to verify one answer (a timeout scores 0)")
+    reward_timeout: float = opt(5.0, "seconds of wall time for one answer's whole check; the worker that overruns is killed and the answer scores --wrong-reward")
     reward_workers: int = opt(2, "processes verifying answers in parallel (0 = in the training process)")
     # --- loss ---
     loss_agg: str = opt("seq-mean-token-mean", "loss aggregation: seq-mean-token-mean (GRPO), token-mean (DAPO), seq-mean-token-sum")
@@ -132,7 +134,9 @@ class Config:
     rejection_sampling: bool = opt(False, "Skywork-OR1: drop zero-advantage groups, no refill (the batch shrinks)")
     easy_pool_alpha: float = opt(0.0, "MiMo: all-correct prompts move to an easy pool, drawn with this probability per slot; 0 = off")
     curriculum: str = opt("", "staged training: 'skywork' (growing response length) or 'compass' (easy -> hard levels); '' = off")
-    reward: str = opt("math", "reward: 'math' (math-verify) or code modes 'code' (all tests pass), 'code-strict', 'code-soft' (MiMo)")
+    reward: str = opt("math", "reward: 'math' (the final answer wherever a careful grader looks, math-verify equivalence), "
+                               "'math-strict' (last \\boxed{} only: Skywork-OR1's format rule), 'math-dapo' (DAPO's 'Answer:' line "
+                               "and prompt), or code modes 'code' (all tests pass), 'code-strict', 'code-soft' (MiMo); see reward.py")
 
     def validate(self):
         def bad(flag, msg):
@@ -162,12 +166,19 @@ class Config:
             bad("tis-cap", "needs the sampling log-probs of --rollout vllm (the HF engine samples from the trainer's own model)")
         if self.seamless and not self.dynamic_sampling:
             bad("seamless", "is a scheduler for dynamic sampling: add --dynamic-sampling (or a recipe that has it)")
-        if self.reward not in ("math", "code", "code-strict", "code-soft"):
-            bad("reward", f"{self.reward!r} is not one of math, code, code-strict, code-soft")
+        if self.reward not in ("math", "math-strict", "math-dapo", "code", "code-strict", "code-soft"):
+            bad("reward", f"{self.reward!r} is not one of math, math-strict, math-dapo, code, code-strict, code-soft")
+        if self.reward_timeout <= 0:
+            bad("reward-timeout", f"must be > 0 seconds, got {self.reward_timeout}")
+
+
+class ArgParser(argparse.ArgumentParser):
+    def error(self, message):  # one `error:` line (data.cli prints it, exit code 2) instead of usage + message
+        raise SystemExit(f"error: {message} (python train.py --help lists the options)")
 
 
 def parse_config(argv=None) -> Config:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in dataclasses.fields(Config):
         flag = "--" + f.name.replace("_", "-")
         if f.type in ("bool", bool):
@@ -185,7 +196,7 @@ def parse_config(argv=None) -> Config:
 
 
 # ------------------------------------------------------------------------------------------------
-# Plumbing: data order, batches, log-probs, checkpoints
+# Plumbing: data order, batches, log-probs, checkpoints, plots
 # ------------------------------------------------------------------------------------------------
 class PromptSampler:
     """Walks the dataset in a fresh seeded permutation each epoch; (epoch, pos) is the resumable data position."""
@@ -242,6 +253,14 @@ def response_logprobs(model, batch, temperature: float, with_entropy: bool = Fal
     return grpo.token_logprobs(logits[:, P - 1 : -1], resp, temperature, with_entropy)  # (N, R)
 
 
+def pad_rows(rows: list, n_cols: int, device) -> torch.Tensor:
+    """Per-response vectors of different lengths -> (n, n_cols) float32, zero-padded on the right."""
+    out = torch.zeros(len(rows), n_cols, device=device)
+    for j, r in enumerate(rows):
+        out[j, : len(r)] = r if torch.is_tensor(r) else torch.tensor(r, device=device)
+    return out
+
+
 def save_checkpoint(path, accelerator, model, tok, optimizer, state: dict):
     """Written to a temporary directory and renamed: a crash never leaves half a checkpoint."""
     if not accelerator.is_main_process:
@@ -285,6 +304,122 @@ def plot_curves(rows: list[dict], evals: list[dict], path: str):
     plt.close(fig)
 
 
+# ------------------------------------------------------------------------------------------------
+# Set-up: inputs checked first, then the policy, engine, reward, prompt sampler and the run directory
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class Run:
+    """Everything a training run holds; built by `setup`, read by the loop."""
+    cfg: Config
+    accelerator: object
+    model: object  # the prepared (DDP-wrapped on N processes) policy
+    tok: object
+    ref_model: object
+    optimizer: object
+    engine: object
+    reward_fn: object
+    sampler: object  # PromptSampler, resample.EasyPool or curriculum.Curriculum
+    ent_ctrl: object  # entropy.AdaptiveEntropy or None
+    train_set: list
+    eval_set: list
+    kind: str  # the prompt template: "math", "math-dapo" (DAPO's Answer: line) or "code"
+    start_step: int = 0
+    history: list = field(default_factory=list)
+    evals: list = field(default_factory=list)
+    wall_before: float = 0.0  # wall time of the run before a resume
+    last_nll: float | None = None  # the previous rollout's sampled-token NLL (Skywork's entropy estimate)
+
+
+def load_inputs(cfg: Config):
+    """Data sets and the checkpoint to resume from, checked before anything is built or written."""
+    schema = "code" if cfg.reward.startswith("code") else None
+    train_set = data.load_dataset(cfg.train_data, split="train", seed=cfg.seed, schema=schema)
+    eval_set = data.load_dataset(cfg.eval_data, split=cfg.eval_split if cfg.eval_data != "builtin" else "test",
+                                 n=cfg.eval_problems, seed=cfg.seed, schema=schema)
+    resume_from = None
+    if cfg.resume:
+        resume_from = latest_checkpoint(cfg.output_dir) if cfg.resume == "auto" else cfg.resume
+        if resume_from and not os.path.exists(os.path.join(resume_from, "trainer_state.pt")):
+            raise SystemExit(f"error: --resume {cfg.resume!r}: not a checkpoint directory (no trainer_state.pt)")
+    return train_set, eval_set, resume_from, schema or ("math-dapo" if cfg.reward == "math-dapo" else "math")
+
+
+def make_reward(cfg: Config):
+    if cfg.reward.startswith("math"):
+        from reward import MathReward
+
+        return MathReward(cfg.correct_reward, cfg.wrong_reward, cfg.reward_timeout, cfg.reward_workers, mode=cfg.reward)
+    from coding.code_reward import CodeReward
+
+    return CodeReward({"code": "all_or_nothing", "code-strict": "strict", "code-soft": "soft"}[cfg.reward])
+
+
+def make_sampler(cfg: Config, train_set):
+    """Prompt sources: the plain epoch walk, MiMo's easy pool, or a staged curriculum (all resumable)."""
+    import curriculum
+    import resample
+
+    if cfg.curriculum:
+        mk = curriculum.skywork_stages if cfg.curriculum == "skywork" else curriculum.compass_stages
+        base = cfg.max_new_tokens // 2 if cfg.curriculum == "skywork" else cfg.max_new_tokens
+        stages = mk(cfg.max_steps, base, batch_size=cfg.batch_size // cfg.group_size, group_size=cfg.group_size)
+        return curriculum.Curriculum(stages, [ex.level for ex in train_set], seed=cfg.seed)
+    if cfg.easy_pool_alpha > 0:
+        return resample.EasyPool(len(train_set), alpha=cfg.easy_pool_alpha, seed=cfg.seed)
+    return PromptSampler(len(train_set), cfg.seed)
+
+
+def setup(cfg: Config) -> Run:
+    train_set, eval_set, resume_from, kind = load_inputs(cfg)
+    from accelerate import Accelerator
+
+    import entropy
+    import rollout
+    import tiny
+
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    if cfg.threads and not torch.cuda.is_available():
+        torch.set_num_threads(cfg.threads)
+    dtype = {"auto": torch.bfloat16 if torch.cuda.is_available() else torch.float32, "float32": torch.float32,
+             "bfloat16": torch.bfloat16}[cfg.dtype]
+    with accelerator.main_process_first():  # N processes: the tiny model is built once, by the main process
+        model_path = cfg.model or tiny.get_tiny_model(verbose=accelerator.is_main_process)
+    model, tok = load_model(resume_from or model_path, dtype, flag="--resume" if resume_from else "--model")
+    # Seeded after the model exists: building the tiny model (its SFT) must not shift the sampling streams, so a
+    # first run that builds it and a later run that finds it cached are the same run.
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed + accelerator.process_index)  # per-process sampling streams
+    ref_model = load_model(model_path, dtype)[0].eval().requires_grad_(False) if cfg.kl_coef > 0 else None
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    if ref_model is not None:
+        ref_model = ref_model.to(accelerator.device)
+    engine = rollout.make_engine(cfg.rollout, accelerator.unwrap_model(model), tok, model_path=resume_from or model_path,
+                                 seed=cfg.seed, max_model_len=512 if not cfg.model else None,
+                                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, enable_sleep=cfg.vllm_sleep)
+    ent_ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max) if cfg.adaptive_entropy else None
+    run = Run(cfg, accelerator, model, tok, ref_model, optimizer, engine, make_reward(cfg), make_sampler(cfg, train_set),
+              ent_ctrl, train_set, eval_set, kind)
+    if resume_from:
+        st = torch.load(os.path.join(resume_from, "trainer_state.pt"), weights_only=False)
+        optimizer.load_state_dict(st["optimizer"])
+        torch.set_rng_state(st["torch_rng"]), random.setstate(st["py_rng"]), run.sampler.load_state_dict(st["sampler"])
+        if ent_ctrl is not None:
+            ent_ctrl.load_state_dict(st["entropy"])
+        run.start_step, run.history, run.evals, run.wall_before, run.last_nll = (
+            st["step"], st["history"], st["evals"], st["wall_time_s"], st["last_nll"])
+    os.makedirs(cfg.output_dir, exist_ok=True)
+    if accelerator.is_main_process:
+        with open(os.path.join(cfg.output_dir, "config.json"), "w") as f:
+            json.dump(dataclasses.asdict(cfg), f, indent=1)
+        with open(os.path.join(cfg.output_dir, "metrics.jsonl"), "w") as f:  # rewritten from the checkpoint's history
+            f.writelines(json.dumps(r) + "\n" for r in run.history)
+    return run
+
+
+# ------------------------------------------------------------------------------------------------
+# Steps 1-3: prompts -> G completions each -> rewards (plain, dynamic sampling, seamless)
+# ------------------------------------------------------------------------------------------------
 class Round:
     """One generation round on this process: prompts, their G completions each, rewards and correctness."""
 
@@ -302,276 +437,328 @@ class Round:
         return Round([g[0] for g in groups], [g[1] for g in groups], [g[2] for g in groups], cat(3), cat(4), cat(5), G)
 
 
-# ------------------------------------------------------------------------------------------------
-def main(argv=None):
-    cfg = parse_config(argv)
-    # Everything that can fail on bad input is checked before the run directory is touched.
-    schema = "code" if cfg.reward.startswith("code") else None
-    train_set = data.load_dataset(cfg.train_data, split="train", seed=cfg.seed, schema=schema)
-    eval_set = data.load_dataset(cfg.eval_data, split=cfg.eval_split if cfg.eval_data != "builtin" else "test",
-                                 n=cfg.eval_problems, seed=cfg.seed, schema=schema)
-    resume_from = None
-    if cfg.resume:
-        resume_from = latest_checkpoint(cfg.output_dir) if cfg.resume == "auto" else cfg.resume
-        if cfg.resume != "auto" and not os.path.exists(os.path.join(cfg.resume, "trainer_state.pt")):
-            raise SystemExit(f"error: --resume {cfg.resume!r}: not a checkpoint directory (no trainer_state.pt)")
+class Collector:
+    """Steps 1-3 of a training step on this process: draw prompts, generate G completions each, score them.
 
-    from accelerate import Accelerator
-    from accelerate.utils import gather_object
-    from tqdm import tqdm
+    Plain: one round of B prompts. Dynamic sampling (DAPO Alg. 1, dapo.py): rounds until B groups of mixed
+    correctness are kept (the first in generation order; the surplus is discarded). Seamless (MiMo Sec. 3.4.1,
+    seamless.py): the same groups, launched as the pass-rate estimate says, scored while others generate.
+    With N processes every process draws the same global prompt list (the samplers stay in lockstep) and keeps
+    its share of whole groups. `observed` collects every generated group's pass rate, before any filter: MiMo's
+    easy pool and the curriculum's online filter need the all-correct groups that dynamic sampling drops.
+    """
 
-    import c3po
-    import curriculum
-    import dapo
-    import entropy
-    import resample
-    import rollout
-    import tiny
-    from evaluate import evaluate
+    def __init__(self, run: Run):
+        self.run, self.cfg, self.acc = run, run.cfg, run.accelerator
+        self.world, self.rank = run.accelerator.num_processes, run.accelerator.process_index
+        self.observed: list = []  # (prompt index, pass rate) of every group generated this step
+        self.seamless = None
+        if self.cfg.seamless:
+            import seamless
 
-    accelerator = Accelerator(cpu=not torch.cuda.is_available())
-    if cfg.threads and not torch.cuda.is_available():
-        torch.set_num_threads(cfg.threads)
-    dtype = {"auto": torch.bfloat16 if torch.cuda.is_available() else torch.float32, "float32": torch.float32,
-             "bfloat16": torch.bfloat16}[cfg.dtype]
-    with accelerator.main_process_first():  # N processes: the tiny model is built once, by the main process
-        model_path = cfg.model or tiny.get_tiny_model(verbose=accelerator.is_main_process)
-    model, tok = load_model(resume_from or model_path, dtype)
-    # Seeded after the model exists: building the tiny model (its SFT) must not shift the sampling streams, so a
-    # first run that builds it and a later run that finds it cached are the same run.
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed + accelerator.process_index)  # per-process sampling streams
-    ref_model = load_model(model_path, dtype)[0].eval().requires_grad_(False) if cfg.kl_coef > 0 else None
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    if ref_model is not None:
-        ref_model = ref_model.to(accelerator.device)
-    policy = accelerator.unwrap_model(model)
-    engine = rollout.make_engine(cfg.rollout, policy, tok, model_path=resume_from or model_path, seed=cfg.seed,
-                                 max_model_len=512 if not cfg.model else None,
-                                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, enable_sleep=cfg.vllm_sleep)
-    if cfg.reward == "math":
-        from reward import MathReward
+            self.seamless = seamless.SeamlessRollout(  # streaming with --rollout vllm (continuous batching), else waves
+                run.engine, run.reward_fn, self.cfg.group_size,
+                max_wave=max(4, self.cfg.seamless_max_wave or self.cfg.batch_size // self.cfg.group_size // 2))
 
-        reward_fn = MathReward(cfg.correct_reward, cfg.wrong_reward, cfg.reward_timeout, cfg.reward_workers)
-    else:
-        from coding.code_reward import CodeReward
-
-        reward_fn = CodeReward({"code": "all_or_nothing", "code-strict": "strict", "code-soft": "soft"}[cfg.reward])
-    kind = "code" if schema == "code" else "math"
-    seamless_ro = None
-    if cfg.seamless:
-        import seamless
-
-        seamless_ro = seamless.SeamlessRollout(  # streaming with --rollout vllm (continuous batching), else waves
-            engine, reward_fn, cfg.group_size, max_wave=max(4, cfg.seamless_max_wave or cfg.batch_size // cfg.group_size // 2))
-    G = cfg.group_size
-    # Prompt sources: the plain epoch walk, MiMo's easy pool, or a staged curriculum (all resumable).
-    stages = None
-    if cfg.curriculum:
-        mk = curriculum.skywork_stages if cfg.curriculum == "skywork" else curriculum.compass_stages
-        base = cfg.max_new_tokens // 2 if cfg.curriculum == "skywork" else cfg.max_new_tokens
-        stages = mk(cfg.max_steps, base, batch_size=cfg.batch_size // G, group_size=G)
-        sampler = curriculum.Curriculum(stages, [ex.level for ex in train_set], seed=cfg.seed)
-    elif cfg.easy_pool_alpha > 0:
-        sampler = resample.EasyPool(len(train_set), alpha=cfg.easy_pool_alpha, seed=cfg.seed)
-    else:
-        sampler = PromptSampler(len(train_set), cfg.seed)
-    ent_ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max) if cfg.adaptive_entropy else None
-    start_step, history, evals, wall_before, last_nll = 0, [], [], 0.0, None
-    if resume_from:
-        st = torch.load(os.path.join(resume_from, "trainer_state.pt"), weights_only=False)
-        optimizer.load_state_dict(st["optimizer"])
-        torch.set_rng_state(st["torch_rng"]), random.setstate(st["py_rng"]), sampler.load_state_dict(st["sampler"])
-        if ent_ctrl is not None:
-            ent_ctrl.load_state_dict(st["entropy"])
-        start_step, history, evals, wall_before, last_nll = st["step"], st["history"], st["evals"], st["wall_time_s"], st["last_nll"]
-    os.makedirs(cfg.output_dir, exist_ok=True)
-    if accelerator.is_main_process:
-        with open(os.path.join(cfg.output_dir, "config.json"), "w") as f:
-            json.dump(dataclasses.asdict(cfg), f, indent=1)
-        with open(os.path.join(cfg.output_dir, "metrics.jsonl"), "w") as f:  # rewritten from the checkpoint's history
-            f.writelines(json.dumps(r) + "\n" for r in history)
-    world, rank = accelerator.num_processes, accelerator.process_index
-
-    def run_eval(step):
-        if not accelerator.is_main_process:
-            return None
-        with torch.random.fork_rng():  # evaluation never shifts the training sampling stream
-            res = evaluate(engine, tok, eval_set, reward_fn, max_new_tokens=cfg.max_new_tokens, n_show=8, kind=kind)
-        with open(os.path.join(cfg.output_dir, "samples.jsonl"), "a") as f:
-            f.writelines(json.dumps({"step": step, **s}, default=str) + "\n" for s in res.pop("samples"))
-        row = {"step": step, **{f"eval/{k}": v for k, v in res.items()}}
-        evals.append(row)
-        return row
-
-    def take_prompts(step, n_global, strided=False):
-        """Every process draws the same global list (samplers stay in lockstep) and keeps its slice of whole groups:
-        a contiguous block, or (strided) every world-th prompt from its rank on, so that draws of any sizes give
-        each process its own prompts."""
-        idx = sampler.next_batch(step, n_global)[0] if stages else sampler.sample(n_global) if cfg.easy_pool_alpha > 0 else sampler.take(n_global)
+    def take_prompts(self, step, n_global, strided=False):
+        """This process's slice of the global draw: a contiguous block of whole groups, or (strided) every world-th
+        prompt from its rank on, so that draws of any size give each process its own prompts."""
+        s, cfg = self.run.sampler, self.cfg
+        idx = s.next_batch(step, n_global)[0] if cfg.curriculum else s.sample(n_global) if cfg.easy_pool_alpha > 0 else s.take(n_global)
         if strided:
-            return idx[rank::world]
-        n_local = n_global // world
-        return idx[rank * n_local : (rank + 1) * n_local]
+            return idx[self.rank::self.world]
+        n_local = n_global // self.world
+        return idx[self.rank * n_local : (self.rank + 1) * n_local]
 
-    def generate_round(step, n_global, G, sp):
-        idx = take_prompts(step, n_global)
-        exs = [train_set[i] for i in idx]
-        prompts = [data.build_prompt(tok, ex.prompt, kind) for ex in exs]
-        comps = [c for g in engine.generate(prompts, G, sp) for c in g]  # (N,) prompt-major
-        rewards, correct, rm = reward_fn([c.text for c in comps], [ex.answer for ex in exs for _ in range(G)])
-        # every generated group's pass rate, before any filter: the easy pool and the online filter need the
-        # all-correct groups that dynamic sampling drops
-        observed.extend(zip(idx, torch.tensor(correct, dtype=torch.float).view(-1, G).mean(1).tolist()))
-        if cfg.overlong_buffer:  # DAPO Eq. 13: added to the correctness reward, before the group statistics
-            rewards = (torch.tensor(rewards) + dapo.overlong_penalty([c.length for c in comps], sp.max_new_tokens, cfg.overlong_buffer)).tolist()
-        return Round(idx, exs, prompts, comps, rewards, correct, G), rm["reward/timeouts"]
+    def shape(self, comps, rewards, sp):
+        """DAPO Eq. 13: the soft overlong punishment is added to the correctness reward, before the group statistics."""
+        if not self.cfg.overlong_buffer:
+            return rewards
+        import dapo
 
-    def rollout_batch(step, n_prompts, G, sp, extra, observed):
-        """Steps 1-3 for one training step: the batch (a Round), reward timeouts, responses generated. Plain: one
-        round. Dynamic sampling (DAPO Alg. 1): rounds until n_prompts groups of mixed correctness are kept (the
-        first ones in generation order; surplus discarded), or MiMo's seamless scheduler. Fills `extra` (metrics)
-        and `observed` (every generated group's pass rate)."""
-        if cfg.dynamic_sampling and seamless_ro is not None:  # MiMo Sec. 3.4.1 (seamless.py): same groups format
-            n_local = n_prompts // world  # each process collects its share of the groups
-            seamless_ro.G, seamless_ro.max_groups = G, n_local * cfg.max_gen_rounds if cfg.max_gen_rounds > 0 else 10**9
-            seamless_ro.shape = (lambda comps, r: (torch.tensor(r) + dapo.overlong_penalty(  # noqa: E731
-                [c.length for c in comps], sp.max_new_tokens, cfg.overlong_buffer)).tolist()) if cfg.overlong_buffer else None
-            drawn = [0]
+        pen = dapo.overlong_penalty([c.length for c in comps], sp.max_new_tokens, self.cfg.overlong_buffer)
+        return (torch.tensor(rewards) + pen).tolist()
 
-            def nxt(k):  # k prompts for this process: positions rank, rank + world, ... of the global draw
-                drawn[0] += k
-                return [(i, train_set[i], data.build_prompt(tok, train_set[i].prompt, kind), train_set[i].answer)
-                        for i in take_prompts(step, k * world, strided=True)]
+    def round(self, step, n_global, G, sp):
+        """One plain round: (Round, reward timeouts)."""
+        run = self.run
+        idx = self.take_prompts(step, n_global)
+        exs = [run.train_set[i] for i in idx]
+        prompts = [data.build_prompt(run.tok, ex.prompt, run.kind) for ex in exs]
+        comps = [c for g in run.engine.generate(prompts, G, sp) for c in g]  # (N,) prompt-major
+        rewards, correct, rm = run.reward_fn([c.text for c in comps], [ex.answer for ex in exs for _ in range(G)])
+        self.observed.extend(zip(idx, torch.tensor(correct, dtype=torch.float).view(-1, G).mean(1).tolist()))
+        return Round(idx, exs, prompts, comps, self.shape(comps, rewards, sp), correct, G), rm["reward/timeouts"]
 
-            batch = Round.from_groups(seamless_ro.collect(nxt, n_local, sp), G)
-            if world > 1:  # processes drew different amounts: all draw (and skip) up to the largest, in lockstep
-                most = int(accelerator.reduce(torch.tensor([float(drawn[0])], device=accelerator.device), "max").item())
-                if most > drawn[0]:
-                    take_prompts(step, (most - drawn[0]) * world)
-            observed.extend(seamless_ro.last_observed)  # every scored group, for the easy pool / online filter
-            extra.update(seamless_ro.last_metrics)
+    def collect(self, step, n_prompts, G, sp):
+        """The step's batch on this process: (Round, reward timeouts, responses generated, technique metrics)."""
+        self.observed, extra = [], {}
+        if self.cfg.dynamic_sampling and self.seamless is not None:
+            batch = self._seamless(step, n_prompts, G, sp, extra)
             timeouts, n_gen = extra.pop("reward/timeouts"), extra.pop("rollout/generated")
-        elif cfg.dynamic_sampling:
-            ds = dapo.DynamicSampler(n_prompts // world, G, cfg.max_gen_rounds)
-            n_gen, timeouts = 0, 0
-            while True:
-                if ds.full:  # another process is still short: draw (and skip) its round to keep samplers in lockstep
-                    take_prompts(step, n_prompts)
-                else:
-                    rnd, to = generate_round(step, n_prompts, G, sp)
-                    ds.add(rnd.groups(), torch.tensor(rnd.correct))  # raises after --max-gen-rounds
-                    n_gen, timeouts = n_gen + len(rnd.comps), timeouts + to
-                if not accelerator.reduce(torch.tensor([0.0 if ds.full else 1.0], device=accelerator.device), "sum").item():
-                    break
-            extra.update(ds.metrics())
-            batch = Round.from_groups(ds.take(), G)
+        elif self.cfg.dynamic_sampling:
+            batch, timeouts, n_gen = self._dynamic(step, n_prompts, G, sp, extra)
         else:
-            batch, timeouts = generate_round(step, n_prompts, G, sp)
+            batch, timeouts = self.round(step, n_prompts, G, sp)
             n_gen = len(batch.comps)
-        return batch, timeouts, n_gen
+        return batch, timeouts, n_gen, extra
 
-    t_start = time.time()
-    if not evals:
-        if accelerator.is_main_process:
-            print(f"evaluating the initial policy on {len(eval_set)} held-out problems ...", flush=True)
-        run_eval(0)
-    bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, disable=not accelerator.is_main_process, dynamic_ncols=True)
-    for step in bar:
-        t0, extra, observed = time.time(), {}, []
-        stage = sampler.stage_at(step) if stages else None  # curriculum: this stage's G, batch and length
-        G = stage.group_size if stage else cfg.group_size
-        n_prompts = stage.batch_size if stage else cfg.batch_size // cfg.group_size
-        if n_prompts % world:
-            raise SystemExit(f"error: {n_prompts} prompts per step do not split over {world} processes")
-        sp = SamplingParams(cfg.temperature, cfg.top_p, stage.max_new_tokens if stage else cfg.max_new_tokens)
-        # 1.-3. sample prompts, generate G completions each, score them (dynamic sampling: until the batch is full)
-        batch, timeouts, n_gen = rollout_batch(step, n_prompts, G, sp, extra, observed)
-        t_gen = time.time() - t0
-        # pass rates of every generated group feed MiMo's easy pool and the curriculum's online filter; every
-        # process sees all of them, so the samplers stay identical
-        seen = gather_object(observed) if world > 1 else observed
+    def _dynamic(self, step, n_prompts, G, sp, extra):
+        import dapo
+
+        ds = dapo.DynamicSampler(n_prompts // self.world, G, self.cfg.max_gen_rounds)
+        n_gen, timeouts = 0, 0
+        while True:
+            if ds.full:  # another process is still short: draw (and skip) its round to keep samplers in lockstep
+                self.take_prompts(step, n_prompts)
+            else:
+                rnd, to = self.round(step, n_prompts, G, sp)
+                ds.add(rnd.groups(), torch.tensor(rnd.correct))  # raises after --max-gen-rounds
+                n_gen, timeouts = n_gen + len(rnd.comps), timeouts + to
+            if not self.acc.reduce(torch.tensor([0.0 if ds.full else 1.0], device=self.acc.device), "sum").item():
+                break
+        extra.update(ds.metrics())
+        return Round.from_groups(ds.take(), G), timeouts, n_gen
+
+    def _seamless(self, step, n_prompts, G, sp, extra):
+        run, sr, world = self.run, self.seamless, self.world
+        n_local = n_prompts // world  # each process collects its share of the groups
+        sr.G, sr.max_groups = G, n_local * self.cfg.max_gen_rounds if self.cfg.max_gen_rounds > 0 else 10**9
+        sr.shape = (lambda comps, r: self.shape(comps, r, sp)) if self.cfg.overlong_buffer else None
+        drawn = [0]
+
+        def nxt(k):  # k prompts for this process: positions rank, rank + world, ... of the global draw
+            drawn[0] += k
+            return [(i, run.train_set[i], data.build_prompt(run.tok, run.train_set[i].prompt, run.kind), run.train_set[i].answer)
+                    for i in self.take_prompts(step, k * world, strided=True)]
+
+        batch = Round.from_groups(sr.collect(nxt, n_local, sp), G)
+        if world > 1:  # processes drew different amounts: all draw (and skip) up to the largest, in lockstep
+            most = int(self.acc.reduce(torch.tensor([float(drawn[0])], device=self.acc.device), "max").item())
+            if most > drawn[0]:
+                self.take_prompts(step, (most - drawn[0]) * world)
+        self.observed.extend(sr.last_observed)  # every scored group, for the easy pool / online filter
+        extra.update(sr.last_metrics)
+        return batch
+
+    def feed_sampler(self, step, extra):
+        """Every generated group's pass rate goes to MiMo's easy pool / the curriculum's online filter; all processes
+        see all of them, so the samplers stay identical (checked: a digest of each process's sampler, every step)."""
+        from accelerate.utils import gather_object
+
+        s, cfg = self.run.sampler, self.cfg
+        seen = gather_object(self.observed) if self.world > 1 else self.observed
         if cfg.easy_pool_alpha > 0:
-            sampler.update([i for i, _ in seen], [p for _, p in seen])
-            extra.update(sampler.metrics())
-        elif stages:
-            sampler.observe([i for i, _ in seen], [p for _, p in seen])
-            extra.update(sampler.metrics())
-        if world > 1:  # invariant: every process holds the same prompt sampler (else they train on other data)
-            st = {k: v for k, v in sampler.state_dict().items() if k != "last_share"}  # last_share: a metric
-            digests = gather_object([hashlib.sha256(repr(st).encode()).hexdigest()])
-            if len(set(digests)) > 1:
-                raise RuntimeError(f"step {step + 1}: the prompt samplers of the {world} processes diverged")
-        # 4. group-relative advantages (a group lives on one process, so this is exact)
-        rewards_t = torch.tensor(batch.rewards)
-        adv = grpo.group_advantages(rewards_t, G, scale_by_std=cfg.scale_adv_by_std)  # (N,)
-        keep = torch.ones(len(batch.comps), dtype=torch.bool)
-        if cfg.rejection_sampling:  # Skywork-OR1 Sec. 3.1: zero-advantage groups leave, nothing replaces them
-            keep = curriculum.reject_zero_advantage(adv, G).repeat_interleave(G)
-            extra["rollout/groups_kept_frac"] = keep.float().mean().item()
-        alpha = cfg.entropy_coef
-        if ent_ctrl is not None:  # Skywork-OR1 Eq. 3.2 with its code's timing: e is the previous rollout's NLL
-            alpha = ent_ctrl.step(last_nll) if last_nll is not None else 0.0
-            extra.update(ent_ctrl.metrics() if last_nll is not None else {"policy/entropy_coef": 0.0})
-        # 5. mu optimizer updates over mini-batches of the rollout batch
-        sel = keep.nonzero().flatten().tolist()
-        p_ids = [tok(batch.prompts[i // G], add_special_tokens=False)["input_ids"] for i in sel]
-        r_ids = [batch.comps[i].token_ids for i in sel]
-        truncated = [batch.comps[i].truncated for i in sel]
-        engine_lp = [batch.comps[i].logprobs for i in sel] if cfg.tis_cap else None
-        if cfg.vllm_sleep and hasattr(engine, "sleep"):  # colocated on one GPU: give training the KV-cache memory
-            engine.sleep()  # sync_weights / generate wake it up again
-        umetrics = update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_ids, adv[sel], truncated, alpha,
-                                 step, c3po, engine_lp)
-        last_nll = umetrics.pop("policy/sampled_nll", last_nll)
-        engine.sync_weights(policy)
-        # 6. log / evaluate / save
-        row = {"step": step + 1, **step_stats(accelerator, batch, rewards_t, G, timeouts, n_gen), **extra, **umetrics}
-        dt = time.time() - t0
-        row.update({"perf/tokens_per_s": row.pop("_tokens") / dt, "perf/step_time_s": dt, "perf/gen_time_s": t_gen})
-        history.append(row)
-        bar.set_postfix(reward=f"{row['reward/mean']:.3f}", acc=f"{row['rollout/accuracy']:.3f}", len=f"{row['rollout/response_length']:.1f}")
-        done = step + 1 == cfg.max_steps
-        if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and not done:
-            e = run_eval(step + 1)
-            if e:
-                bar.write(f"step {step + 1}: held-out greedy accuracy {e['eval/accuracy']:.3f}")
-        if accelerator.is_main_process:
-            with open(os.path.join(cfg.output_dir, "metrics.jsonl"), "a") as f:
-                f.write(json.dumps(row) + "\n")
-        if done or (cfg.save_every and (step + 1) % cfg.save_every == 0):
-            save_checkpoint(os.path.join(cfg.output_dir, f"checkpoint-{step + 1}"), accelerator, model, tok, optimizer,
-                            {"step": step + 1, "sampler": sampler.state_dict(), "history": history, "evals": evals,
-                             "entropy": ent_ctrl.state_dict() if ent_ctrl else None, "last_nll": last_nll,
-                             "wall_time_s": wall_before + time.time() - t_start, "config": dataclasses.asdict(cfg)})
-    bar.close()
-    run_eval(cfg.max_steps)
-    if seamless_ro is not None:
-        seamless_ro.close()
-    if hasattr(reward_fn, "close"):
-        reward_fn.close()
-    if accelerator.is_main_process:
-        before, after = evals[0], evals[-1]
-        summary = {"accuracy_before": before["eval/accuracy"], "accuracy_after": after["eval/accuracy"],
-                   "wall_time_s": wall_before + time.time() - t_start, "steps": cfg.max_steps, "recipe": cfg.recipe,
-                   "eval_problems": len(eval_set), "before": before, "after": after}
-        with open(os.path.join(cfg.output_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=1)
-        plot_curves(history, evals, os.path.join(cfg.output_dir, "curves.png"))
-        print(f"held-out greedy accuracy: {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} "
-              f"({len(eval_set)} problems, {summary['wall_time_s']:.0f}s); run directory: {cfg.output_dir}")
-    accelerator.wait_for_everyone()
-    return history
+            s.update([i for i, _ in seen], [p for _, p in seen])
+            extra.update(s.metrics())
+        elif cfg.curriculum:
+            s.observe([i for i, _ in seen], [p for _, p in seen])
+            extra.update(s.metrics())
+        if self.world > 1:  # invariant: every process holds the same prompt sampler (else they train on other data)
+            st = {k: v for k, v in s.state_dict().items() if k != "last_share"}  # last_share: a metric
+            if len(set(gather_object([hashlib.sha256(repr(st).encode()).hexdigest()]))) > 1:
+                raise RuntimeError(f"step {step + 1}: the prompt samplers of the {self.world} processes diverged")
+
+    def close(self):
+        if self.seamless is not None:
+            self.seamless.close()
 
 
-def step_stats(accelerator, batch, rewards_t, G, timeouts, n_gen) -> dict:
+# ------------------------------------------------------------------------------------------------
+# Step 4: advantages; step 5: the policy update
+# ------------------------------------------------------------------------------------------------
+def advantages(cfg: Config, batch: Round, G: int, extra: dict):
+    """Group-relative advantages (a group lives on one process, so this is exact) and the responses kept."""
+    import curriculum
+
+    adv = grpo.group_advantages(torch.tensor(batch.rewards), G, scale_by_std=cfg.scale_adv_by_std)  # (N,)
+    keep = torch.ones(len(batch.comps), dtype=torch.bool)
+    if cfg.rejection_sampling:  # Skywork-OR1 Sec. 3.1: zero-advantage groups leave, nothing replaces them
+        keep = curriculum.reject_zero_advantage(adv, G).repeat_interleave(G)
+        extra["rollout/groups_kept_frac"] = keep.float().mean().item()
+    return adv, keep
+
+
+def tokens_that_count(cfg: Config, mb: list[int], r_ids, truncated, world: int):
+    """Per response of a mini-batch, how many of its tokens enter the loss, and C3PO's selection (or None).
+
+    C3PO (c3po.py): a greedy selection of exactly Phi tokens (Phi / world per process) in rollout order.
+    DAPO's overlong filter: truncated responses contribute none (they stay in the group statistics).
+    """
+    import c3po
+
+    lens = [len(r_ids[i]) for i in mb]
+    kept, budget_metrics = None, {}
+    if cfg.token_budget:
+        kept = c3po.budget_select(lens, cfg.token_budget // world) if mb else torch.zeros(0, dtype=torch.long)
+        budget_metrics = c3po.budget_metrics(lens, kept, cfg.token_budget // world) if mb else {}
+    n_tok = lens if kept is None else kept.tolist()
+    if cfg.overlong_filter:
+        n_tok = [0 if truncated[i] else t for t, i in zip(n_tok, mb)]
+    return n_tok, kept, budget_metrics
+
+
+def microbatch_loss(cfg: Config, model, ref_model, batch, adv, old_logp, mask, alpha, num_seqs, num_tokens, world=1,
+                    engine_logp=None):
+    """The loss of one micro-batch (grpo.py / dapo.py / c3po.py policy_loss, + entropy.py's bonus).
+
+    batch: make_batch rows; adv (n,); old_logp (n, R) log pi_old of the sampled tokens, or None on-policy (ratio 1,
+    the gradient is REINFORCE's); mask (n, R) the tokens that count; num_seqs / num_tokens the mini-batch's global
+    normalisers; world the number of processes (C3PO's budget is Phi / world per process); engine_logp (n, R) the engine's sampling log-probs for truncated IS (--tis-cap), or None.
+    Returns the loss to backward and its statistics.
+    """
+    import c3po
+    import entropy
+    from rollout import tis_weights
+
+    logp, ent = response_logprobs(model, batch, cfg.temperature, with_entropy=True)  # (n, R)
+    old = logp.detach() if old_logp is None else old_logp
+    ref = None
+    if ref_model is not None:
+        with torch.no_grad():
+            ref = response_logprobs(ref_model, batch, cfg.temperature)[0]
+    tis = tis_weights(old, engine_logp, mask, cfg.tis_cap) if engine_logp is not None else None
+    common = dict(loss_agg="budget", budget=cfg.token_budget / world) if cfg.token_budget else dict(loss_agg=cfg.loss_agg)
+    loss_fn = c3po.policy_loss if cfg.token_budget else grpo.policy_loss  # dapo's = grpo's with DAPO's arguments
+    loss, m = loss_fn(logp, old, adv, mask, ref, clip_low=cfg.clip_low, clip_high=cfg.clip_high, kl_coef=cfg.kl_coef,
+                      num_seqs=num_seqs, num_tokens=num_tokens, token_weights=tis, **common)
+    if alpha:
+        eterm, _ = entropy.entropy_loss(ent, mask, alpha, num_seqs=num_seqs, num_tokens=num_tokens, **common)
+        loss = loss + eterm
+    stats = {"loss": loss.item(), **m, "entropy_sum": (ent * mask).sum().item(), "tokens": mask.sum().item(),
+             "nll_sum": -(old * batch[4]).sum().item(), "resp_tokens": batch[4].sum().item()}
+    if tis is not None:  # truncated IS: engine (behaviour) vs trainer's pi_old, per token
+        stats["tis"] = [(tis * mask).sum().item(), ((tis >= cfg.tis_cap) & mask.bool()).sum().item(),
+                        ((old - engine_logp).abs() * mask).sum().item(), mask.sum().item()]
+    return loss, stats
+
+
+def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_ids, adv, truncated, alpha, step,
+                  engine_lp=None) -> dict:
+    """Step 5: `epochs` passes over the rollout batch, each split into batch_size / mini_batch_size mini-batches,
+    one optimizer update per mini-batch: the tokens that count -> the loss of each micro-batch, accumulated ->
+    clip, step -> metrics.
+
+    Normalisers are global: a mini-batch's sequence and token counts are summed over its micro-batches and over
+    processes, and each micro-batch loss is divided by them (times the world size, because DDP averages gradients
+    over processes). Gradient accumulation therefore reproduces the one-big-batch gradient exactly. Every process
+    makes the same number of updates (DDP needs it), even when filtering left it fewer responses than the others.
+
+    engine_lp (with --tis-cap): per response, the engine's sampling log-probs; each token's surrogate term is then
+    weighted by min(exp(log pi_old - log pi_engine), cap) (rollout.tis_weights).
+    """
+    device, world = accelerator.device, accelerator.num_processes
+    N = len(r_ids)
+    n_chunks = max(1, cfg.batch_size // cfg.mini_batch_size)  # mini-batches per epoch, the same on every process
+    mu = cfg.epochs * n_chunks
+    if accelerator.reduce(torch.tensor([float(N)], device=device), "sum").item() == 0:
+        return {"policy/updates": 0}  # Skywork: nothing survived rejection sampling anywhere: skip the update
+    if engine_lp is not None and any(lp is None or len(lp) != len(r) for lp, r in zip(engine_lp, r_ids)):
+        raise RuntimeError("--tis-cap: the rollout engine returned no log-probs for a response")
+    old_logp = old_logprobs(cfg, model, tok, p_ids, r_ids, device) if mu > 1 else None  # with mu == 1: logp.detach()
+    g = torch.Generator().manual_seed(cfg.seed * 100003 + step)
+    log = UpdateLog()
+    for epoch in range(cfg.epochs):
+        order = torch.randperm(N, generator=g).tolist() if mu > 1 else list(range(N))
+        for mb in [c.tolist() for c in torch.tensor(order, dtype=torch.long).tensor_split(n_chunks)]:
+            # (a) the tokens that count, and the mini-batch's global normalisers
+            n_tok, kept, budget_metrics = tokens_that_count(cfg, mb, r_ids, truncated, world)
+            log.extra = budget_metrics if mb else log.extra
+            counts = accelerator.reduce(torch.tensor([float(len(mb)), float(sum(n_tok))], device=device), "sum").cpu() / world
+            seqs, toks = max(counts[0].item(), 1e-9), max(counts[1].item(), 1e-9)
+            # (b) the loss of each micro-batch, gradients accumulated (DDP all-reduces once, on the last)
+            micro = [mb[c : c + cfg.micro_batch_size] for c in range(0, len(mb), cfg.micro_batch_size)] or [[]]
+            stats = []
+            for k, mc in enumerate(micro):
+                with accelerator.no_sync(model) if k < len(micro) - 1 else contextlib.nullcontext():
+                    if not mc:  # no responses here this update: a zero loss still joins DDP's gradient all-reduce
+                        accelerator.backward(sum(p.sum() for p in model.parameters()) * 0.0)
+                        continue
+                    batch = make_batch(tok, [p_ids[i] for i in mc], [r_ids[i] for i in mc], device)
+                    R = batch[3].shape[1]
+                    mask = batch[4]  # (n, R)
+                    if cfg.overlong_filter:  # DAPO Sec. 3.4: truncated responses leave the loss (not the group stats)
+                        mask = mask * torch.tensor([not truncated[i] for i in mc], device=device).unsqueeze(1)
+                    if kept is not None:
+                        import c3po
+
+                        mask = c3po.budget_mask(mask, kept[[mb.index(i) for i in mc]])
+                    old = pad_rows([old_logp[i] for i in mc], R, device) if old_logp is not None else None
+                    eng = pad_rows([engine_lp[i] for i in mc], R, device) if engine_lp is not None else None
+                    loss, s = microbatch_loss(cfg, model, ref_model, batch, adv[mc].to(device), old, mask, alpha, seqs, toks,
+                                              world, eng)
+                    accelerator.backward(loss)
+                stats.append(s)
+            # (c) clip, step
+            gn = accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            for pg in optimizer.param_groups:
+                pg["lr"] = cfg.lr * min(1.0, (step * mu + log.updates + 1) / max(1, cfg.warmup_steps))
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            # (d) metrics
+            log.add(stats, float(gn), first_epoch=epoch == 0)
+    return log.result(accelerator, optimizer, alpha)
+
+
+def old_logprobs(cfg, model, tok, p_ids, r_ids, device) -> list[torch.Tensor]:
+    """log pi_old of each response's tokens, (len_i,) each: computed once before the first of mu > 1 updates."""
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(r_ids), cfg.micro_batch_size):
+            j = min(len(r_ids), i + cfg.micro_batch_size)
+            lp = response_logprobs(model, make_batch(tok, p_ids[i:j], r_ids[i:j], device), cfg.temperature)[0]
+            out += [lp[k, : len(r_ids[i + k])] for k in range(lp.shape[0])]
+    return out
+
+
+class UpdateLog:
+    """Step 5's metrics: per update, token-weighted means over its micro-batches; over updates, plain means."""
+
+    def __init__(self):
+        self.agg = {"loss": 0.0, "clip_frac_low": 0.0, "clip_frac_high": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
+        self.updates, self.nll_sum, self.nll_tok, self.extra = 0, 0.0, 0, {}
+        self.tis = [0.0, 0.0, 0.0, 0.0]  # sum of weights, capped tokens, sum |log pi_old - log pi_engine|, tokens
+
+    def add(self, stats: list[dict], grad_norm: float, first_epoch: bool):
+        T = sum(s["tokens"] for s in stats) or 1
+        self.agg["loss"] += sum(s["loss"] for s in stats)
+        for key in ("clip_frac_low", "clip_frac_high", "kl"):
+            self.agg[key] += sum(s[key] * s["tokens"] for s in stats) / T
+        self.agg["entropy"] += sum(s["entropy_sum"] for s in stats) / T
+        self.agg["grad_norm"] += grad_norm
+        self.updates += 1
+        for s in stats:
+            if first_epoch:  # the sampled tokens' NLL under pi_old: Skywork's entropy estimate for the next step
+                self.nll_sum, self.nll_tok = self.nll_sum + s["nll_sum"], self.nll_tok + s["resp_tokens"]
+            if "tis" in s:
+                self.tis = [a + b for a, b in zip(self.tis, s["tis"])]
+
+    def result(self, accelerator, optimizer, alpha) -> dict:
+        out = {f"policy/{k}" if k != "grad_norm" else "perf/grad_norm": v / self.updates for k, v in self.agg.items()}
+        out.update({"policy/updates": self.updates, "perf/lr": optimizer.param_groups[0]["lr"], **self.extra})
+        if any(self.tis):  # over every process's tokens (each process has its own engine to check)
+            t = accelerator.reduce(torch.tensor(self.tis, dtype=torch.float64, device=accelerator.device), "sum").tolist()
+            if t[3]:
+                out.update({"policy/tis_weight_mean": t[0] / t[3], "policy/tis_capped_frac": t[1] / t[3],
+                            "policy/engine_logp_gap": t[2] / t[3]})
+        if self.nll_tok:
+            out["policy/sampled_nll"] = self.nll_sum / self.nll_tok
+        if alpha:
+            out["policy/entropy_coef"] = alpha
+        return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Step 6: metrics, evaluation
+# ------------------------------------------------------------------------------------------------
+def step_stats(accelerator, batch, G, timeouts, n_gen) -> dict:
     """The step's rollout metrics, summed over processes (`_tokens`: response tokens, for the throughput)."""
     world, comps = accelerator.num_processes, batch.comps
     stats = accelerator.gather(torch.tensor(
         [sum(batch.rewards), sum(r * r for r in batch.rewards), sum(batch.correct), len(comps), sum(c.length for c in comps),
          max(c.length for c in comps), sum(c.truncated for c in comps), timeouts,
-         float((rewards_t.view(-1, G).std(1) == 0).sum()), len(batch.idx), n_gen], dtype=torch.float64).to(accelerator.device)
+         float((torch.tensor(batch.rewards).view(-1, G).std(1) == 0).sum()), len(batch.idx), n_gen],
+        dtype=torch.float64).to(accelerator.device)
     ).view(world, -1).cpu()
     s = stats.sum(0)
     s[5] = stats[:, 5].max()
@@ -583,128 +770,114 @@ def step_stats(accelerator, batch, rewards_t, G, timeouts, n_gen) -> dict:
             "_tokens": s[4].item()}
 
 
-def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_ids, adv, truncated, alpha, step, c3po,
-                  engine_lp=None) -> dict:
-    """Step 5: `epochs` passes over the rollout batch, each split into batch_size / mini_batch_size mini-batches,
-    one optimizer update per mini-batch.
+def run_eval(run: Run, step: int) -> dict | None:
+    """Held-out greedy accuracy (main process); completions to samples.jsonl; the row joins run.evals."""
+    from evaluate import evaluate
 
-    Normalisers are global: a mini-batch's sequence and token counts are summed over its micro-batches and over
-    processes, and each micro-batch loss is divided by them (times the world size, because DDP averages gradients
-    over processes). Gradient accumulation therefore reproduces the one-big-batch gradient exactly. Every process
-    makes the same number of updates (DDP needs it), even when filtering left it fewer responses than the others.
+    if not run.accelerator.is_main_process:
+        return None
+    with torch.random.fork_rng():  # evaluation never shifts the training sampling stream
+        res = evaluate(run.engine, run.tok, run.eval_set, run.reward_fn, max_new_tokens=run.cfg.max_new_tokens, n_show=8,
+                       kind=run.kind)
+    with open(os.path.join(run.cfg.output_dir, "samples.jsonl"), "a") as f:
+        f.writelines(json.dumps({"step": step, **s}, default=str) + "\n" for s in res.pop("samples"))
+    row = {"step": step, **{f"eval/{k}": v for k, v in res.items()}}
+    run.evals.append(row)
+    return row
 
-    engine_lp (with --tis-cap): per response, the engine's sampling log-probs; each token's surrogate term is then
-    weighted by min(exp(log pi_old - log pi_engine), cap) (rollout.tis_weights).
-    """
-    import entropy
-    from rollout import tis_weights
 
-    device, world = accelerator.device, accelerator.num_processes
-    N = len(r_ids)
-    n_chunks = max(1, cfg.batch_size // cfg.mini_batch_size)  # mini-batches per epoch, the same on every process
-    mu = cfg.epochs * n_chunks
-    total = accelerator.reduce(torch.tensor([float(N)], device=device), "sum").item()
-    if total == 0:  # Skywork: nothing survived rejection sampling anywhere: skip the update
-        return {"policy/updates": 0}
-    old_logp = None  # per response: log pi_old of its tokens, (len_i,)
-    if mu > 1:  # off-policy updates need pi_old of the sampled tokens; with mu == 1 it is logp.detach()
-        old_logp = []
-        with torch.no_grad():
-            for i in range(0, N, cfg.micro_batch_size):
-                j = min(N, i + cfg.micro_batch_size)
-                lp = response_logprobs(model, make_batch(tok, p_ids[i:j], r_ids[i:j], device), cfg.temperature)[0]
-                old_logp += [lp[k, : len(r_ids[i + k])] for k in range(lp.shape[0])]
-    g = torch.Generator().manual_seed(cfg.seed * 100003 + step)
-    agg = {"loss": 0.0, "clip_frac_low": 0.0, "clip_frac_high": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
-    nll_sum, nll_tok, n_upd, extra = 0.0, 0, 0, {}
-    tis_stats = [0.0, 0.0, 0.0, 0.0]  # sum of weights, capped tokens, sum |log pi_old - log pi_engine|, tokens
-    for epoch in range(cfg.epochs):
-        order = torch.randperm(N, generator=g).tolist() if mu > 1 else list(range(N))
-        for mb in [c.tolist() for c in torch.tensor(order, dtype=torch.long).tensor_split(n_chunks)]:
-            lens = [len(r_ids[i]) for i in mb]
-            kept = None
-            if cfg.token_budget:  # C3PO: greedy selection of exactly Phi tokens (Phi / world per process), rollout order
-                kept = c3po.budget_select(lens, cfg.token_budget // world) if mb else torch.zeros(0, dtype=torch.long)
-                extra = c3po.budget_metrics(lens, kept, cfg.token_budget // world) if mb else extra
-            n_tok_i = lens if kept is None else kept.tolist()  # tokens each response contributes to the loss
-            if cfg.overlong_filter:  # truncated responses contribute none
-                n_tok_i = [0 if truncated[i] else t for t, i in zip(n_tok_i, mb)]
-            n_tok = float(sum(n_tok_i))
-            counts = accelerator.reduce(torch.tensor([float(len(mb)), n_tok], device=device), "sum").cpu() / world
-            seqs, toks = max(counts[0].item(), 1e-9), max(counts[1].item(), 1e-9)
-            stats = []
-            micro = [mb[c : c + cfg.micro_batch_size] for c in range(0, len(mb), cfg.micro_batch_size)] or [[]]
-            for k, mc in enumerate(micro):
-                with accelerator.no_sync(model) if k < len(micro) - 1 else contextlib.nullcontext():  # all-reduce once
-                    if not mc:  # no responses here this update: a zero loss still joins DDP's gradient all-reduce
-                        accelerator.backward(sum(p.sum() for p in model.parameters()) * 0.0)
-                        continue
-                    batch = make_batch(tok, [p_ids[i] for i in mc], [r_ids[i] for i in mc], device)
-                    logp, ent = response_logprobs(model, batch, cfg.temperature, with_entropy=True)  # (n, R)
-                    mask = batch[4]  # (n, R)
-                    if cfg.overlong_filter:  # DAPO Sec. 3.4: truncated responses leave the loss (not the group stats)
-                        mask = mask * torch.tensor([not truncated[i] for i in mc], device=device).unsqueeze(1)
-                    if kept is not None:
-                        mask = c3po.budget_mask(mask, kept[[mb.index(i) for i in mc]])
-                    if old_logp is None:
-                        old = logp.detach()  # ratio == 1: the gradient is A * grad log pi (REINFORCE)
-                    else:
-                        old = torch.zeros_like(logp)
-                        for j, i in enumerate(mc):
-                            old[j, : len(r_ids[i])] = old_logp[i]
-                    ref = None
-                    if ref_model is not None:
-                        with torch.no_grad():
-                            ref = response_logprobs(ref_model, batch, cfg.temperature)[0]
-                    tis = None
-                    if engine_lp is not None:  # truncated IS: engine (behaviour) vs trainer's pi_old, per token
-                        eng = torch.zeros_like(old)
-                        for j, i in enumerate(mc):
-                            if engine_lp[i] is None or len(engine_lp[i]) != len(r_ids[i]):
-                                raise RuntimeError("--tis-cap: the rollout engine returned no log-probs for a response")
-                            eng[j, : len(r_ids[i])] = torch.tensor(engine_lp[i], device=device)
-                        tis = tis_weights(old, eng, mask, cfg.tis_cap)
-                        tis_stats[0] += (tis * mask).sum().item()
-                        tis_stats[1] += ((tis >= cfg.tis_cap) & mask.bool()).sum().item()
-                        tis_stats[2] += ((old - eng).abs() * mask).sum().item()
-                        tis_stats[3] += mask.sum().item()
-                    common = dict(loss_agg="budget", budget=cfg.token_budget / world) if cfg.token_budget else dict(loss_agg=cfg.loss_agg)
-                    loss_fn = c3po.policy_loss if cfg.token_budget else grpo.policy_loss  # dapo's = grpo's with DAPO's arguments
-                    loss, m = loss_fn(logp, old, adv[mc].to(device), mask, ref, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                                      kl_coef=cfg.kl_coef, num_seqs=seqs, num_tokens=toks, token_weights=tis, **common)
-                    if alpha:
-                        eterm, _ = entropy.entropy_loss(ent, mask, alpha, num_seqs=seqs, num_tokens=toks, **common)
-                        loss = loss + eterm
-                    accelerator.backward(loss)
-                ntok = mask.sum().item()
-                stats.append((loss.item(), m, (ent * mask).sum().item(), ntok))
-                if epoch == 0:
-                    nll_sum, nll_tok = nll_sum - (old * batch[4]).sum().item(), nll_tok + batch[4].sum().item()
-            gn = accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            for pg in optimizer.param_groups:
-                pg["lr"] = cfg.lr * min(1.0, (step * mu + n_upd + 1) / max(1, cfg.warmup_steps))
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            T = sum(s[3] for s in stats) or 1
-            agg["loss"] += sum(s[0] for s in stats)
-            for key in ("clip_frac_low", "clip_frac_high", "kl"):
-                agg[key] += sum(s[1][key] * s[3] for s in stats) / T
-            agg["entropy"] += sum(s[2] for s in stats) / T
-            agg["grad_norm"] += float(gn)
-            n_upd += 1
-    out = {f"policy/{k}" if k != "grad_norm" else "perf/grad_norm": v / n_upd for k, v in agg.items()}
-    out.update({"policy/updates": n_upd, "perf/lr": optimizer.param_groups[0]["lr"], **extra})
-    if engine_lp is not None:  # over every process's tokens (each process has its own engine to check)
-        t = accelerator.reduce(torch.tensor(tis_stats, dtype=torch.float64, device=device), "sum").tolist()
-        if t[3]:
-            out.update({"policy/tis_weight_mean": t[0] / t[3], "policy/tis_capped_frac": t[1] / t[3],
-                        "policy/engine_logp_gap": t[2] / t[3]})
-    if nll_tok:
-        out["policy/sampled_nll"] = nll_sum / nll_tok
-    if alpha:
-        out["policy/entropy_coef"] = alpha
-    return out
+def finish(run: Run, wall_time_s: float):
+    """summary.json and curves.png (main process), and the last line a reader sees."""
+    if not run.accelerator.is_main_process:
+        return
+    before, after = run.evals[0], run.evals[-1]
+    summary = {"accuracy_before": before["eval/accuracy"], "accuracy_after": after["eval/accuracy"],
+               "wall_time_s": wall_time_s, "steps": run.cfg.max_steps, "recipe": run.cfg.recipe,
+               "eval_problems": len(run.eval_set), "before": before, "after": after}
+    with open(os.path.join(run.cfg.output_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    plot_curves(run.history, run.evals, os.path.join(run.cfg.output_dir, "curves.png"))
+    print(f"held-out greedy accuracy: {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} "
+          f"({len(run.eval_set)} problems, {wall_time_s:.0f}s); run directory: {run.cfg.output_dir}")
+
+
+# ------------------------------------------------------------------------------------------------
+# The loop
+# ------------------------------------------------------------------------------------------------
+def main(argv=None):
+    from tqdm import tqdm
+
+    cfg = parse_config(argv)
+    run = setup(cfg)  # everything that can fail on bad input is checked before the run directory is touched
+    acc, model, tok, engine, sampler = run.accelerator, run.model, run.tok, run.engine, run.sampler
+    collector, world, t_start = Collector(run), acc.num_processes, time.time()
+    if not run.evals:
+        if acc.is_main_process:
+            print(f"evaluating the initial policy on {len(run.eval_set)} held-out problems ...", flush=True)
+        run_eval(run, 0)
+    bar = tqdm(range(run.start_step, cfg.max_steps), initial=run.start_step, total=cfg.max_steps,
+               disable=not acc.is_main_process, dynamic_ncols=True)
+    for step in bar:
+        t0 = time.time()
+        stage = sampler.stage_at(step) if cfg.curriculum else None  # curriculum: this stage's G, batch and length
+        G = stage.group_size if stage else cfg.group_size
+        n_prompts = stage.batch_size if stage else cfg.batch_size // cfg.group_size
+        if n_prompts % world:
+            raise SystemExit(f"error: {n_prompts} prompts per step do not split over {world} processes")
+        sp = SamplingParams(cfg.temperature, cfg.top_p, stage.max_new_tokens if stage else cfg.max_new_tokens)
+
+        # 1-3. sample prompts, generate G completions each, score them (dynamic sampling: until the batch is full)
+        batch, timeouts, n_gen, extra = collector.collect(step, n_prompts, G, sp)
+        t_gen = time.time() - t0
+        collector.feed_sampler(step, extra)  # every group's pass rate -> MiMo's easy pool / the online filter
+
+        # 4. group-relative advantages (Skywork's rejection sampling drops zero-advantage groups)
+        adv, keep = advantages(cfg, batch, G, extra)
+        alpha = cfg.entropy_coef
+        if run.ent_ctrl is not None:  # Skywork-OR1 Eq. 3.2 with its code's timing: e is the previous rollout's NLL
+            alpha = run.ent_ctrl.step(run.last_nll) if run.last_nll is not None else 0.0
+            extra.update(run.ent_ctrl.metrics() if run.last_nll is not None else {"policy/entropy_coef": 0.0})
+
+        # 5. mu optimizer updates over mini-batches of the rollout batch
+        sel = keep.nonzero().flatten().tolist()
+        p_ids = [tok(batch.prompts[i // G], add_special_tokens=False)["input_ids"] for i in sel]
+        r_ids = [batch.comps[i].token_ids for i in sel]
+        engine_lp = [batch.comps[i].logprobs for i in sel] if cfg.tis_cap else None
+        if cfg.vllm_sleep and hasattr(engine, "sleep"):  # colocated on one GPU: give training the KV-cache memory
+            engine.sleep()  # sync_weights / generate wake it up again
+        umetrics = update_policy(cfg, acc, model, run.ref_model, run.optimizer, tok, p_ids, r_ids, adv[sel],
+                                 [batch.comps[i].truncated for i in sel], alpha, step, engine_lp)
+        run.last_nll = umetrics.pop("policy/sampled_nll", run.last_nll)
+        engine.sync_weights(acc.unwrap_model(model))
+
+        # 6. log, evaluate, checkpoint
+        row = {"step": step + 1, **step_stats(acc, batch, G, timeouts, n_gen), **extra, **umetrics}
+        dt = time.time() - t0
+        row.update({"perf/tokens_per_s": row.pop("_tokens") / dt, "perf/step_time_s": dt, "perf/gen_time_s": t_gen})
+        run.history.append(row)
+        bar.set_postfix(reward=f"{row['reward/mean']:.3f}", acc=f"{row['rollout/accuracy']:.3f}", len=f"{row['rollout/response_length']:.1f}")
+        done = step + 1 == cfg.max_steps
+        if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and not done:
+            e = run_eval(run, step + 1)
+            if e:
+                bar.write(f"step {step + 1}: held-out greedy accuracy {e['eval/accuracy']:.3f}")
+        if acc.is_main_process:
+            with open(os.path.join(cfg.output_dir, "metrics.jsonl"), "a") as f:
+                f.write(json.dumps(row) + "\n")
+        if done or (cfg.save_every and (step + 1) % cfg.save_every == 0):
+            save_checkpoint(os.path.join(cfg.output_dir, f"checkpoint-{step + 1}"), acc, model, tok, run.optimizer,
+                            {"step": step + 1, "sampler": sampler.state_dict(), "history": run.history, "evals": run.evals,
+                             "entropy": run.ent_ctrl.state_dict() if run.ent_ctrl else None, "last_nll": run.last_nll,
+                             "wall_time_s": run.wall_before + time.time() - t_start, "config": dataclasses.asdict(cfg)})
+    bar.close()
+    run_eval(run, cfg.max_steps)
+    collector.close()
+    if hasattr(run.reward_fn, "close"):
+        run.reward_fn.close()
+    finish(run, run.wall_before + time.time() - t_start)
+    acc.wait_for_everyone()
+    return run.history
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(data.cli(main))

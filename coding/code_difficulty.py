@@ -40,7 +40,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 from coding.code_reward import grade
-from data import CodeDataError, load_code_problems
+from data import CodeDataError, cli, load_code_problems
 
 
 def assign_levels(pass_rates: list[float], num_levels: int) -> list[int]:
@@ -174,4 +174,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli(main))

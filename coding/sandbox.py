@@ -4,7 +4,11 @@ Run untrusted Python programs (model completions) in a throwaway, resource-limit
 Used by code_reward.py for the test-case rewards of Skywork-OR1 (algorithms.md §3.7: 1 iff all
 tests pass), Ring-lite (same) and MiMo (§3.3.1, test-difficulty-driven reward). Stdlib only.
 This contains accidents and reward hacks of an RL policy; it is not a security boundary against
-a determined attacker (no seccomp, no VM, shared kernel).
+a determined attacker (no VM, shared kernel; the seccomp filter covers only the key syscalls).
+
+The program sees a list of places, not the host minus a list: a fresh root that holds the
+interpreter and its stdlib (read-only), the shared libraries they load (read-only), a minimal
+/dev, its own /proc and its own empty /tmp. Nothing else of the host's tree exists for it.
 
 One run (`run_python`):
   1. The parent writes config + program to a root-only temp file and the test input to another,
@@ -14,56 +18,96 @@ One run (`run_python`):
   2. The bootstrap, still root, joins the slot's memory + pids cgroups (where writable), enters
      new network, mount, IPC, UTS and PID namespaces (unshare(2) through ctypes: Python 3.11 has
      no os.unshare) and forks. The root parent stays outside, reaps, and relays the exit status.
-     The child (init of the new PID namespace) mounts a size-capped tmpfs on /tmp as its working
-     directory, a fresh /proc (it sees only its own processes), hides /var/tmp, /dev/shm,
-     /run/lock, /root, /home and the project directory behind empty read-only tmpfs (bind-mounting
-     the Python installation back read-only when it lives there, e.g. pyenv in /root), sets
-     rlimits, raises its nice value, sets no_new_privs, and drops to a per-slot uid/gid
-     (61000 + n) with no supplementary groups, then PR_SET_PDEATHSIG(SIGKILL).
-  3. Only then is the program compiled and executed as `__main__` in the same interpreter. In
+  3. The child (init of the new PID namespace) builds the fresh root on an empty tmpfs:
+       - read-only bind mounts of exactly `isolation()["allowlist"]`: the real path of
+         sys.base_prefix (interpreter, libpython, stdlib, lib-dynload) and the directory of the
+         dynamic loader and libc (the distribution's shared libraries: libssl, libffi, libz...
+         that lib-dynload links). On the dev box: /root/.pyenv/versions/3.11.7 and
+         /usr/lib/x86_64-linux-gnu.
+         A directory, not a list of files: a bind costs ~6 us + ~2 us for the read-only remount
+         (bench/sandbox_speed.py), and a per-file list would miss libraries loaded by dlopen().
+         A virtual environment is not bound: under `-S` its site-packages is never on sys.path.
+       - symlinks as on the host on the way to sys.executable and to the ELF interpreter (a
+         venv's bin/python -> the base interpreter, /lib64 -> usr/lib64 ...), so the interpreter
+         can run itself again (subprocess, multiprocessing's spawn);
+       - /dev with null, zero, random, urandom (device nodes), fd/stdin/stdout/stderr links into
+         /proc/self/fd, and /dev/shm -> /tmp (POSIX semaphores for multiprocessing);
+       - /proc of the new PID namespace, with subset=pid (Linux 5.8+, else the full procfs): only
+         this run's processes, none of /proc/keys, /proc/sys, /proc/mounts...;
+       - /tmp: a size-capped tmpfs owned by the slot uid, the working directory and HOME;
+       - the host name "sandbox" (the new UTS namespace starts with the host's);
+     then remounts the root read-only and pivot_root()s into it, detaching the old root, so the
+     host's tree is gone from this mount namespace (not just out of reach, as after chroot).
+     No /etc (no passwd, no resolv.conf, no localtime: time is UTC), no /usr/bin, no /sys, no /run.
+  4. It sets rlimits, raises its nice value, sets no_new_privs, drops to a per-slot uid/gid
+     (61000 + n) with no supplementary groups, sets PR_SET_PDEATHSIG(SIGKILL), and installs a
+     seccomp filter that answers EPERM to add_key, request_key and keyctl (see below).
+  5. Only then is the program compiled and executed as `__main__` in the same interpreter. In
      function-call mode the bootstrap then calls the named function with the arguments and prints
      the JSON result after a marker on stdout.
-  4. The parent reads stdout/stderr with caps and enforces the wall-clock timeout. To stop a run
+  6. The parent reads stdout/stderr with caps and enforces the wall-clock timeout. To stop a run
      it runs `kill -KILL -1` as the slot uid (kills every process of that uid, atomically with
      respect to fork), then the session's process group. When init of a PID namespace dies the
      kernel kills and reaps everything inside, so no stray process, not even a zombie, survives.
 Expected outputs never enter the sandbox: comparison happens in the parent (code_reward.py), so
 a program can only score by producing the right answer.
 
+Kernel keyrings are per uid and outlive processes (the user keyring, the user-session keyring,
+the persistent keyring, for days), and the session keyring is inherited from the trainer: a slot
+uid reused by the next run would find what this one stored. No namespace covers them, so the
+seccomp filter refuses the three key syscalls outright (EPERM, as Docker's default profile does)
+instead of giving each run a fresh session keyring, which would leave the per-uid keyrings
+open. The filter also refuses every syscall of another ABI (i386 int 0x80, x32), whose numbers
+it does not check. Other per-uid or per-host state, each with its own namespace per run: SysV
+IPC and POSIX message queues (IPC namespace), abstract unix sockets (network namespace), files
+(nothing writable outlives the run's tmpfs), processes (PID namespace).
+
 Measured on the dev box (root, Linux 6.18, cgroup v1 writable, Python 3.11): RLIMIT_NPROC is
-IGNORED for root (a root process with NPROC=5 forked 20 children), hence the uid drop; a fork
-bomb, memory hog, infinite loop, writes to /tmp or the repo, reading the parent's environment,
-connecting to a loopback listener, kill(getppid()/our pid/-1), deleting our files and 4 MiB+ of
-output are all contained (tests/test_sandbox.py).
+IGNORED for root (a root process with NPROC=5 forked 20 children), hence the uid drop. The
+hostile corpus of tests/test_sandbox.py (resource exhaustion, escapes, persistence between runs,
+snooping: 57 completions, each with a probe of its side effect) is contained; against the
+hide-list sandbox this replaced, 13 of them escaped (keyrings x5, the training data file, host
+unix sockets x2, other checkouts and /etc, and reads through /proc/*/root, user namespaces, chroot).
 
 | threat                      | defence                                                | what remains                           |
 |-----------------------------|--------------------------------------------------------|----------------------------------------|
 | infinite loop, sleep        | wall timeout -> kill; RLIMIT_CPU; stdin is a finite file| none                                  |
-| fork bomb                   | RLIMIT_NPROC on a per-slot uid (root ignores NPROC);   | without root: NPROC counts all our own |
+| fork / thread bomb          | RLIMIT_NPROC on a per-slot uid (root ignores NPROC);   | without root: NPROC counts all our own |
 |                             | pids cgroup; PID namespace torn down with its init      | processes, so a bomb just fails; no    |
 |                             |                                                        | sweep of setsid'ed children            |
 | memory hog                  | RLIMIT_AS per process; memory cgroup per run           | without cgroups: nproc x RLIMIT_AS     |
-| disk fill, write outside cwd| cwd = private size-capped tmpfs on /tmp; host /tmp,    | without namespaces: world-writable host|
-|                             | /var/tmp, /dev/shm hidden; RLIMIT_FSIZE; slot uid owns | dirs (/tmp, /dev/shm) are writable, up |
-|                             | no host file                                           | to RLIMIT_FSIZE per file               |
-| delete/modify project files | unprivileged uid; project dir hidden (mount namespace) | world-writable files anywhere          |
-| read answers, data, keys    | project dir, /root, /home hidden; expected outputs     | other world-readable host files (/etc, |
-|                             | never sent to the child                                | /usr, /opt, data outside the project)  |
+| disk fill, write outside cwd| fresh root read-only; /tmp (and /dev/shm -> /tmp) a    | without namespaces: world-writable host|
+|                             | private size-capped tmpfs; RLIMIT_FSIZE                | dirs (/tmp, /dev/shm) are writable, up |
+|                             |                                                        | to RLIMIT_FSIZE per file               |
+| delete/modify host files    | no host file is in the fresh root but the read-only    | without namespaces: world-writable     |
+|                             | allowlist; unprivileged uid anyway                     | files anywhere                         |
+| read answers, data, other   | not in the fresh root: only the interpreter, its stdlib| the allowlist (read-only software);    |
+| checkouts, /etc, /home      | and the shared-library directory exist; expected       | without namespaces: every world-       |
+|                             | outputs never sent to the child                        | readable host file                     |
+| carry state to a later run  | files: per-run tmpfs; processes: PID ns; SysV IPC and  | without namespaces: world-writable host|
+|                             | mqueues: IPC ns; abstract sockets: net ns; kernel      | dirs; on an arch without a syscall     |
+|                             | keyrings: seccomp EPERM for add_key/request_key/keyctl | table here (_ARCH): keyrings           |
 | read the parent's env       | env scrubbed; own /proc (PID ns); other uid anyway     | none known                             |
-| network, incl. loopback     | network namespace with no interface up: ENETUNREACH    | without namespaces: FULL network. A    |
-|                             |                                                        | Python-level socket patch would not be |
-|                             |                                                        | isolation, so none is pretended        |
-| kill parent / other runs    | other uid -> EPERM; PID namespace hides host pids;     | without root: the child CAN signal the |
+| network, incl. loopback     | network namespace with no interface up: ENETUNREACH;   | without namespaces: FULL network. A    |
+| and unix sockets            | host socket files absent from the fresh root; abstract | Python-level socket patch would not be |
+|                             | sockets are per network namespace                      | isolation, so none is pretended        |
+| kill / trace parent, others | other uid -> EPERM; PID namespace hides host pids;     | without root: the child CAN signal the |
 |                             | one uid per concurrent run                             | trainer (same uid)                     |
+| escape the root             | pivot_root + detach: the host tree is not in the mount | user namespaces may be created (kernel |
+|                             | namespace at all; no caps; unshare(CLONE_NEWUSER) then | attack surface), but show the same root|
+|                             | mount/chroot finds the same fresh root                 |                                        |
 | huge output                 | stdout cap kills the run ("output_limit"); stderr      | none                                   |
 |                             | truncated                                              |                                        |
-| setuid binaries             | PR_SET_NO_NEW_PRIVS                                    | none known                             |
+| setuid binaries             | none in the fresh root; PR_SET_NO_NEW_PRIVS            | none known                             |
 | kernel bugs, side channels  | nothing                                                | everything                             |
 
-Fallbacks, reported once as a RuntimeWarning and by `isolation()`: not root -> no uid drop, no
-namespaces, no cgroups (rlimits, session kill and timeouts only); root but unshare refused (e.g.
-Docker's default profile) -> uid drop, rlimits, cgroups; the root parent is then a child
-subreaper and sweeps the slot uid when the program exits, so leftovers still die and are reaped.
+Fallbacks, each checked by running the real bootstrap once and reported as a RuntimeWarning and
+by `isolation()`: not root -> no uid drop, no namespaces, no cgroups, the host's whole tree
+(rlimits, session kill, timeouts, and the seccomp filter, which needs no privilege); root but
+unshare, a mount or pivot_root refused (e.g. Docker's default profile, or a root on initramfs
+where pivot_root fails) -> uid drop, rlimits, cgroups, seccomp, no fresh root; the root parent
+is then a child subreaper and sweeps the slot uid when the program exits, so leftovers still
+die and are reaped. Seccomp refused, or an arch missing from _ARCH -> no key filter.
 """
 
 from __future__ import annotations
@@ -77,6 +121,7 @@ import os
 import queue
 import selectors
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -91,8 +136,6 @@ BOOTSTRAP_ERROR = "sandbox-bootstrap-error:"  # stderr prefix when the sandbox i
 SLOT_UID_BASE, SLOT_UID_COUNT = 61000, 1000  # per-slot uids 61000..61999; must not belong to real users
 SLOT_LOCK_DIR = "/run/grpo-sandbox" if os.path.isdir("/run") else "/tmp/grpo-sandbox-locks"
 MAX_SLOTS = 64  # at most this many concurrent runs per process; more wait for a free slot
-PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout (this file is in coding/)
-HIDDEN_DIRS = ("/var/tmp", "/dev/shm", "/run/lock", "/root", "/home", PROJECT_DIR)
 # Per-slot memory + pids cgroups give a hard total memory cap per run (otherwise the bound is
 # nproc x RLIMIT_AS). Moving a process into a cgroup v1 adds ~20-50 ms of latency per run here
 # (the kernel waits for an RCU grace period on attach), but it is sleep, not CPU: a parallel pool
@@ -100,10 +143,9 @@ HIDDEN_DIRS = ("/var/tmp", "/dev/shm", "/run/lock", "/root", "/home", PROJECT_DI
 USE_CGROUPS = os.environ.get("GRPO_SANDBOX_CGROUPS", "1") != "0"
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
 _KILL = shutil.which("kill") or "/bin/kill"
-# The interpreter and its stdlib must stay visible even when they live under a hidden dir
-# (pyenv in /root, a venv in the project); they are bind-mounted back read-only.
-_KEEP = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, os.path.dirname(sys.executable),
-                                                os.path.dirname(os.path.realpath(sys.executable)))})
+# os.uname().machine -> (AUDIT_ARCH_* of the native syscall ABI, (add_key, request_key, keyctl), pivot_root)
+_ARCH = {"x86_64": (0xC000003E, (248, 249, 250), 155), "aarch64": (0xC00000B7, (217, 218, 219), 41)}
+_RESERVED = ("/dev", "/proc", "/tmp")  # made fresh in the new root; nothing of the host's may sit there
 
 
 @dataclass(frozen=True)
@@ -149,7 +191,7 @@ def _fail(msg):
 with os.fdopen(int(sys.argv[1]), "rb") as f:   # config, program and call args; closed before user code
     cfg = marshal.loads(f.read())
 job = cfg.pop("job")
-if cfg["ns"] or cfg["uid"] is not None:
+if cfg["ns"] or cfg["uid"] is not None or cfg["seccomp"]:
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     def _c(name, r):
@@ -189,25 +231,43 @@ if cfg["uid"] is not None:
             if sig not in (signal.SIGKILL, signal.SIGSTOP): signal.signal(sig, signal.SIG_DFL)
             os.kill(os.getpid(), sig)
         os._exit(os.waitstatus_to_exitcode(st) & 255)
-if cfg["ns"]:
+def _fresh_root():
+    # A fresh root: an empty tmpfs holding only the allowlist, then pivot_root into it, so nothing
+    # of the host's tree is left in this mount namespace (not even beneath, as with chroot).
     MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 1 << 14, 1 << 18
+    RO = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
     _c("mount private /", libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None))
-    _c("mount /proc", libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None))
-    keep = [(k, os.open(k, os.O_PATH)) for k in cfg["keep"]]   # e.g. the Python install under /root
+    src = [os.open(p, os.O_PATH) for p in cfg["binds"]]   # opened before /tmp is covered: a venv may live there
+    _c("mount new root", libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID, b"size=256k,mode=755"))
+    os.chdir("/tmp")   # the new root, built with relative paths
+    for p, fd in zip(cfg["binds"], src):   # the interpreter, its stdlib, the shared libraries: read-only
+        os.makedirs("." + p)
+        _c("bind " + p, libc.mount(b"/proc/self/fd/%d" % fd, ("." + p).encode(), None, MS_BIND, None))
+        _c("bind ro " + p, libc.mount(None, ("." + p).encode(), None, RO, None))
+        os.close(fd)
+    for link, target in cfg["links"]:   # the host's /lib -> usr/lib, the venv's bin/python -> ..., /dev/stdin
+        os.makedirs(os.path.dirname("." + link), exist_ok=True)
+        os.symlink(target, "." + link)
+    os.makedirs("dev", exist_ok=True)
+    for name, minor in (("null", 3), ("zero", 5), ("random", 8), ("urandom", 9)):   # character devices 1:n
+        os.mknod("dev/" + name, 0o20666, os.makedev(1, minor)); os.chmod("dev/" + name, 0o666)
+    os.mkdir("proc"); os.mkdir("tmp")
+    # /proc of the new PID namespace: only this run's processes; subset=pid (Linux 5.8+) also
+    # leaves out the system-wide files (/proc/keys, /proc/sys, /proc/mounts...)
+    PROC = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    if libc.mount(b"proc", b"proc", b"proc", PROC, b"subset=pid") != 0:
+        _c("mount /proc", libc.mount(b"proc", b"proc", b"proc", PROC, None))
     work = "size=%d,mode=700,uid=%d,gid=%d" % (cfg["tmpfs_bytes"], cfg["uid"], cfg["uid"])
-    # /tmp becomes the private, size-capped working directory; the rest turn empty and read-only
-    for d, opts, ro in [("/tmp", work, False)] + [(h, "size=64k,mode=755", True) for h in cfg["hide"]]:
-        if not os.path.isdir(d) or os.path.islink(d):
-            continue   # absent, or already under an earlier mount (e.g. a project inside /tmp)
-        _c("hide " + d, libc.mount(b"tmpfs", d.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts.encode()))
-        for k, fd in keep:   # punch read-only holes for what must stay visible
-            if k == d or k.startswith(d.rstrip("/") + "/"):
-                os.makedirs(k, exist_ok=True)
-                _c("keep " + k, libc.mount(("/proc/self/fd/%d" % fd).encode(), k.encode(), None, MS_BIND | MS_REC, None))
-                _c("keep ro " + k, libc.mount(None, k.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None))
-        if ro:
-            _c("hide ro " + d, libc.mount(None, d.encode(), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None))
-    for _, fd in keep: os.close(fd)
+    _c("mount /tmp", libc.mount(b"tmpfs", b"tmp", b"tmpfs", MS_NOSUID | MS_NODEV, work.encode()))
+    _c("new root ro", libc.mount(None, b".", None, RO, None))
+    _c("hostname", libc.sethostname(b"sandbox", 7))   # the UTS namespace starts with the host's name
+    _c("pivot_root", libc.syscall(cfg["pivot_root"], b".", b"."))   # pivot_root(".", ".") then detach the old root
+    _c("detach old root", libc.umount2(b".", 2))   # MNT_DETACH
+if cfg["ns"]:
+    try:
+        _fresh_root()
+    except OSError as e:   # a mkdir, symlink or mknod refused
+        _fail("fresh root: %s" % e)
 L = cfg["limits"]
 for name, value in (("RLIMIT_AS", L["memory_bytes"]), ("RLIMIT_FSIZE", L["file_bytes"]),
                     ("RLIMIT_NPROC", L["nproc"]), ("RLIMIT_NOFILE", L["nofile"]), ("RLIMIT_CORE", 0)):
@@ -222,6 +282,14 @@ if cfg["uid"] is not None:
     if os.getuid() == 0 or os.geteuid() == 0: _fail("still root")
     # PR_SET_PDEATHSIG after setuid (a uid change resets it): if the root parent is killed, so are we
     _c("pdeathsig", libc.prctl(1, 9, 0, 0, 0))
+if cfg["seccomp"]:
+    # The classic-BPF filter built by _seccomp_filter(): EPERM for the kernel keyring syscalls. It is
+    # inherited by every child and across exec, and cannot be removed.
+    import struct
+    prog = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *ins) for ins in cfg["seccomp"]))
+    fprog = ctypes.create_string_buffer(struct.pack("HP", len(cfg["seccomp"]), ctypes.addressof(prog)))
+    _c("no_new_privs", libc.prctl(38, 1, 0, 0, 0))   # lets an unprivileged process install a filter too
+    _c("seccomp", libc.prctl(22, 2, fprog, 0, 0))   # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
 del cfg, L
 # ---- from here on: untrusted code -----------------------------------------------------------
 import types
@@ -253,7 +321,12 @@ _isolation: dict | None = None
 
 
 def isolation() -> dict:
-    """Which defences are active here: {'drop_uid', 'namespaces', 'cgroups', 'notes'}."""
+    """Which defences are active here: {'drop_uid', 'namespaces', 'seccomp', 'cgroups', 'allowlist', 'notes'}.
+
+    namespaces: new network, mount, IPC, UTS and PID namespaces with the fresh root (allowlist:
+    the directories bound read-only into it); seccomp: the key syscalls are refused. Each is
+    checked by running the real bootstrap once, not assumed.
+    """
     global _isolation
     with _probe_lock:
         if _isolation is None:
@@ -265,21 +338,152 @@ def isolation() -> dict:
 
 def _probe() -> dict:
     notes = []
-    root = hasattr(os, "geteuid") and os.geteuid() == 0 and sys.platform.startswith("linux")
+    linux = sys.platform.startswith("linux")
+    root = linux and os.geteuid() == 0
+    arch = _ARCH.get(os.uname().machine) if linux else None
+    plan = _fresh_root() if root and arch else None
+    sec = arch is not None
+    if linux and not arch:
+        notes.append(f"no syscall table for {os.uname().machine}: no seccomp filter (kernel keyrings are shared "
+                     "between runs) and no fresh root.")
     if not root:
-        notes.append("not running as root on Linux: no uid drop, no namespaces; the child shares our uid "
-                     "(can signal us, write our files) and has the network. Use a container/VM for real isolation.")
-        return {"drop_uid": False, "namespaces": False, "cgroups": None, "notes": notes}
-    probe = ("import ctypes,sys; l=ctypes.CDLL(None,use_errno=True); "
-             "sys.exit(0 if l.unshare(0x40000000|0x00020000|0x08000000|0x04000000|0x20000000)==0 and "
-             "l.mount(None,b'/',None,(1<<14)|(1<<18),None)==0 and "
-             "l.mount(b'tmpfs',b'/tmp',b'tmpfs',0,b'size=4k')==0 else 1)")
-    r = subprocess.run([sys.executable, "-I", "-S", "-c", probe], env=_ENV, capture_output=True)
-    ns = r.returncode == 0
-    if not ns:
-        notes.append("unshare(CLONE_NEWNET|CLONE_NEWNS) failed: the child has the network and sees host /tmp.")
-    cg = _cgroup_roots() if USE_CGROUPS else None
-    return {"drop_uid": True, "namespaces": ns, "cgroups": cg, "notes": notes}
+        notes.append("not running as root on Linux: no uid drop, no namespaces, no fresh root; the child shares our "
+                     "uid (can signal us, write our files), sees our files and has the network. Use a container/VM.")
+    elif plan is None and arch:
+        notes.append("the interpreter lives under /tmp, /proc or /dev, which the fresh root replaces: no namespaces.")
+    uid = _slots.acquire({"drop_uid": root}, Limits())
+    try:
+        err = _trial(plan, sec, uid)
+        if err and plan and sec and not _trial(plan, False, uid):
+            sec = False
+            notes.append(f"seccomp filter refused ({err}): kernel keyrings are shared between runs.")
+        elif err and plan:
+            plan = None
+            notes.append(f"fresh root in new namespaces failed ({err}): the child has the network and sees every "
+                         "world-readable host file; host /tmp and /dev/shm are writable to it.")
+            err = sec and _trial(None, sec, uid)
+        if err and sec:
+            sec = False
+            notes.append(f"seccomp filter refused ({err}): kernel keyrings are shared between runs.")
+    finally:
+        _slots.release(uid)
+    cg = _cgroup_roots() if USE_CGROUPS and root else None
+    return {"drop_uid": root, "namespaces": plan is not None, "seccomp": sec, "cgroups": cg,
+            "allowlist": plan["binds"] if plan else None, "notes": notes, "_root": plan}
+
+
+def _trial(plan: dict | None, sec: bool, uid: int | None) -> str:
+    """Run the real bootstrap once with these defences; '' if it worked, else what went wrong."""
+    iso = {"namespaces": plan is not None, "seccomp": sec, "cgroups": None, "_root": plan}
+    r = _execute(iso, uid, "import os; print(sorted(os.listdir('/')))", "", None, None, Limits(timeout=10.0))
+    if r.status != "ok":
+        return (r.stderr.strip().splitlines() or [r.status])[-1]
+    if plan is not None:  # the root holds the allowlist and nothing else
+        want = {"dev", "proc", "tmp"} | {p.split("/")[1] for p in plan["binds"] + [link for link, _ in plan["links"]]}
+        if r.stdout != f"{sorted(want)}\n":
+            return f"the new root shows {r.stdout.strip()}, expected {sorted(want)}"
+    return ""
+
+
+def _fresh_root() -> dict | None:
+    """The allowlist of the fresh root: {'binds': directories bind-mounted read-only, 'links': [(path, target)]}.
+
+    binds: the real path of sys.base_prefix (the interpreter, libpython, the stdlib and
+      lib-dynload) and the directories of the dynamic loader and of libc (the distribution's
+      shared libraries, e.g. /usr/lib/x86_64-linux-gnu, where lib-dynload's libssl, libffi, libz...
+      are found too). A virtual environment is NOT bound: with `-S` its site-packages is never
+      on sys.path; only the path of sys.executable is kept (as links), so the interpreter can
+      still run itself (subprocess, multiprocessing's spawn).
+    links: every symlink met on the way to sys.executable and to the ELF interpreter (the host's
+      /lib64 -> usr/lib64, the venv's bin/python -> ...), so both resolve as on the host; /dev/fd,
+      /dev/stdin|stdout|stderr -> /proc/self/fd/..., and /dev/shm -> /tmp (POSIX semaphores).
+    None when the installation lives where the fresh root puts its own /tmp, /proc or /dev; links
+    there are dropped (a venv under /tmp: its bin/python cannot be run again inside).
+    """
+    libs = set()
+    with open("/proc/self/maps") as f:  # where this process's libc actually came from
+        for line in f:
+            path = line.split(None, 5)[-1].strip()
+            if os.path.basename(path).startswith(("libc.so", "libc-")):
+                libs.add(os.path.dirname(path))
+    interp = _elf_interp(os.path.realpath(sys.executable))
+    links: dict[str, str] = {}
+    for p in (sys.executable, interp):
+        if p:
+            libs.add(os.path.dirname(_resolve(p, links)))
+    binds = []
+    for d in sorted({os.path.realpath(sys.base_prefix)} | {os.path.realpath(d) for d in libs}):
+        if not any(d == b or d.startswith(b + "/") for b in binds):  # sorted: a parent comes before its children
+            binds.append(d)
+    if any(_under(b, _RESERVED) for b in binds):
+        return None
+    links = {k: v for k, v in links.items() if not _under(k, tuple(binds) + _RESERVED)}  # inside a bind: there already
+    links.update({"/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0", "/dev/stdout": "/proc/self/fd/1",
+                  "/dev/stderr": "/proc/self/fd/2", "/dev/shm": "/tmp"})
+    return {"binds": binds, "links": sorted(links.items())}
+
+
+def _under(path: str, dirs: tuple) -> bool:
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
+def _resolve(path: str, links: dict, hops: int = 0) -> str:
+    """Resolve `path` one component at a time, recording each symlink met (path -> target) in `links`."""
+    done = "/"
+    parts = [c for c in path.split("/") if c not in ("", ".")]
+    for i, part in enumerate(parts):
+        if part == "..":
+            done = os.path.dirname(done)
+            continue
+        cur = os.path.join(done, part)
+        if os.path.islink(cur) and hops < 40:
+            links[cur] = os.readlink(cur)
+            return _resolve(os.path.join(done, links[cur], *parts[i + 1:]), links, hops + 1)
+        done = cur
+    return done
+
+
+def _elf_interp(path: str) -> str | None:
+    """PT_INTERP of a 64-bit ELF executable (e.g. /lib64/ld-linux-x86-64.so.2); None for anything else."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2:  # ELFCLASS64
+                return None
+            e = "<" if head[5] == 1 else ">"
+            phoff, = struct.unpack_from(e + "Q", head, 0x20)
+            phentsize, phnum = struct.unpack_from(e + "HH", head, 0x36)
+            for i in range(phnum):
+                f.seek(phoff + i * phentsize)
+                ph = f.read(phentsize)
+                if struct.unpack_from(e + "I", ph, 0)[0] == 3:  # PT_INTERP
+                    f.seek(struct.unpack_from(e + "Q", ph, 8)[0])
+                    return f.read(struct.unpack_from(e + "Q", ph, 0x20)[0]).rstrip(b"\0").decode()
+    except (OSError, struct.error, UnicodeDecodeError):
+        pass
+    return None
+
+
+def _seccomp_filter() -> list[tuple[int, int, int, int]] | None:
+    """Classic BPF (struct sock_filter: code, jt, jf, k): EPERM for add_key, request_key and keyctl.
+
+    EPERM, as Docker's default profile answers for the same three calls. Syscalls of another ABI
+    (i386's int 0x80 on x86-64, which numbers them differently) and x32 numbers (>= 0x40000000)
+    get EPERM too, so the filter cannot be sidestepped through another syscall table.
+    """
+    arch = _ARCH.get(os.uname().machine)
+    if arch is None:
+        return None
+    audit_arch, key_calls, _ = arch
+    LD_ABS, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, ...|BPF_JGE, BPF_RET|BPF_K
+    ALLOW, EPERM = 0x7FFF0000, 0x00050001  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    prog = [(LD_ABS, 0, 0, 4),  # A = seccomp_data.arch
+            (JEQ, 1, 0, audit_arch),
+            (RET, 0, 0, EPERM),
+            (LD_ABS, 0, 0, 0)]  # A = seccomp_data.nr
+    tests = [(JGE, 0x40000000)] + [(JEQ, nr) for nr in key_calls]
+    prog += [(op, len(tests) - i, 0, k) for i, (op, k) in enumerate(tests)]  # match -> the last instruction
+    return prog + [(RET, 0, 0, ALLOW), (RET, 0, 0, EPERM)]
 
 
 def _cgroup_roots() -> dict | None:
@@ -420,6 +624,14 @@ def run_python(code: str, stdin: str = "", *, fn_name: str | None = None, args: 
     """
     iso = isolation()
     uid = _slots.acquire(iso, limits)
+    try:
+        return _execute(iso, uid, code, stdin, fn_name, args, limits)
+    finally:
+        _slots.release(uid)
+
+
+def _execute(iso: dict, uid: int | None, code: str, stdin: str, fn_name: str | None, args: list | None,
+             limits: Limits) -> RunResult:
     t0 = time.monotonic()
     scratch = tempfile.mkdtemp(prefix="grpo-sandbox-")  # root-only (0700): job + stdin files
     workdir = "/tmp" if iso["namespaces"] else os.path.join(scratch, "work")
@@ -433,8 +645,11 @@ def run_python(code: str, stdin: str = "", *, fn_name: str | None = None, args: 
             if uid is not None:
                 os.chmod(scratch, 0o711)  # the slot uid may traverse to its workdir, not list ours
                 os.chown(workdir, uid, uid)
-        cfg = {"ns": iso["namespaces"], "uid": uid, "workdir": workdir, "hide": list(HIDDEN_DIRS), "keep": _KEEP,
-               "tmpfs_bytes": limits.tmpfs_bytes, "limits": _limit_dict(limits),
+        plan = iso["_root"] if iso["namespaces"] else None
+        cfg = {"ns": plan is not None, "uid": uid, "workdir": workdir, "tmpfs_bytes": limits.tmpfs_bytes,
+               "binds": plan and plan["binds"], "links": plan and plan["links"],
+               "pivot_root": _ARCH[os.uname().machine][2] if plan else None,
+               "seccomp": _seccomp_filter() if iso["seccomp"] else None, "limits": _limit_dict(limits),
                "cgroups": _slot_cgroups(iso, uid, limits) if uid is not None else [],
                "job": {"code": code, "fn_name": fn_name, "args": list(args or []), "marker": RESULT_MARKER}}
         with open(job_path, "wb") as f:
@@ -455,7 +670,6 @@ def run_python(code: str, stdin: str = "", *, fn_name: str | None = None, args: 
             for pipe in (proc.stdout, proc.stderr):
                 pipe.close()
         shutil.rmtree(scratch, ignore_errors=True)
-        _slots.release(uid)
     rc = proc.returncode
     if status == "ok":
         if rc == 0:
@@ -577,6 +791,6 @@ def run_many(jobs: list[Job], workers: int | None = None) -> list[RunResult]:
 
 
 if __name__ == "__main__":
-    print(json.dumps({k: v for k, v in isolation().items()}, indent=1, default=str))
+    print(json.dumps({k: v for k, v in isolation().items() if not k.startswith("_")}, indent=1, default=str))
     r = run_python("import os; print(os.getuid(), os.getcwd(), sorted(os.environ))")
     print(r)

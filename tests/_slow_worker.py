@@ -1,7 +1,9 @@
-"""A stand-in for reward._work that hangs on request: exercises MathReward's backstop deadline.
+"""A stand-in for reward.check that hangs on request, out of SIGALRM's reach: exercises MathReward's kill path.
 
-The reward pool uses `spawn`, so the function must be importable by name from a module (tests/ is on sys.path).
+The reward workers are spawned processes, so the function must be importable by name from a module (tests/ is on
+sys.path of the test process; the workers get it through the pickled reference).
 """
+import signal
 import time
 
 import reward
@@ -9,19 +11,8 @@ import reward
 HANG = "<<hang>>"
 
 
-def work(args):
-    completion = args[0]
+def work(completion, gold, mode, timeout):
     if HANG in completion:
-        time.sleep(60)  # a hang math-verify's own SIGALRM would not interrupt (e.g. a long C call)
-    return reward.check(*args)
-
-
-def warm(_):
-    """Import math-verify (sympy) in this worker and stay busy a moment, so the next task goes to another worker."""
-    import os
-
-    from math_verify import parse
-
-    parse("\\boxed{1/2}")
-    time.sleep(0.3)
-    return os.getpid()
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        time.sleep(60)  # like a long C call that never returns to the interpreter
+    return reward.check(completion, gold, mode, timeout)

@@ -78,7 +78,7 @@ def main(model_path: str, out_path: str):
                            loss_agg=agg, lr=0.0, grad_clip=1e9, overlong_filter=ofilter, max_new_tokens=16)
         grads.clear()
         out = train.update_policy(cfg, acc, model, None, optimizer, tok, p_all[sl], r_all[sl], adv_all[sl], tr_all[sl],
-                                  0.0, 0, None)
+                                  0.0, 0)
         loss = acc.gather(torch.tensor([out["policy/loss"]], dtype=torch.float64)).mean().item()
         assert len(grads) == 1, f"{name}: {len(grads)} optimizer steps"
         results[name] = {"loss": loss, "grad": grads[0], "updates": out["policy/updates"]}

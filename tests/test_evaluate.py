@@ -80,7 +80,7 @@ GREEDY = {  # right, wrong, right, right (the last one only through math-verify:
 }
 SAMPLED = {  # correct counts c = 4, 0, 2, 1 out of n = 4
     "1+2": ["\\boxed{3}"] * 4,
-    "10+5+5": ["\\boxed{19}", "\\boxed{21}", "no box: 20", "<think>\\boxed{20}</think>\\boxed{2}"],
+    "10+5+5": ["\\boxed{19}", "\\boxed{21}", "no answer given", "<think>\\boxed{20}</think>\\boxed{2}"],
     "7+1+1": ["\\boxed{9}", "\\boxed{8}", "\\boxed{9.0}", "\\boxed{}"],
     "half of one": ["\\boxed{1/2}", "\\boxed{2}", "\\boxed{0.25}", "\\boxed{\\frac{1}{3}}"],
 }

@@ -1,11 +1,15 @@
-"""reward.py: a table of real answer strings checked with math-verify, scoring scales, and the timeout paths.
+"""reward.py: answer strings graded per mode, agreement with human labels, scoring scales, the hard time bound.
 
-Run:  python -m pytest tests/test_reward.py -q        (about 15-25 s on CPU: most of it spawning reward pools)
+Run:  python -m pytest tests/test_reward.py -q        (about 30-40 s on 2 cores: the labelled table, reward pools)
 
-Every expectation below was measured against math-verify 0.9.0. Where the library's verdict differs from what a
-careful human grader would give, the case is marked LIMITATION with the ideal verdict in the comment.
+CASES: expectations of the default mode (`math`), measured with math-verify 0.9.0; where the verdict differs from
+what a careful human grader would give, the case is marked LIMITATION with the ideal verdict in the comment.
+fixtures/math/labelled.jsonl: 418 human-labelled rows (source and category on each row); test_labelled_agreement
+measures each mode's agreement with the labels and math-verify's alone, on the same rows.
 """
+import json
 import os
+import subprocess
 import sys
 import time
 
@@ -90,8 +94,7 @@ CASES = [
     ("deg-circ-braced", B("30^{\\circ}"), "30", True),
     ("deg-gold", B("30"), "30^\\circ", True),
     ("deg-wrong", B("60^\\circ"), "30", False),
-    # LIMITATION: the Unicode degree sign is not understood (only LaTeX ^\circ is). Ideal: True.
-    ("deg-unicode", B("30°"), "30", False),
+    ("deg-unicode", B("30°"), "30", True),
     # percentages
     ("pct-vs-number", B("50\\%"), "50", True),
     ("number-vs-pct", B("50"), "50\\%", True),
@@ -103,8 +106,9 @@ CASES = [
     ("thousands-latex", B("1{,}234"), "1234", True),
     ("thousands-millions", B("1,234,567"), "1234567", True),
     ("thousands-wrong", B("1,235"), "1234", False),
-    # LIMITATION: a LaTeX thin space as thousands separator ("1\,234") is not read as 1234. Ideal: True.
-    ("thousands-thinspace", B("1\\,234"), "1234", False),
+    ("thousands-thinspace", B("1\\,234"), "1234", True),
+    ("thousands-tilde", B("1~234"), "1234", True),
+    ("comma-list-not-decimal", B("1,5"), "1.5", False),
     # equations
     ("eq-vs-number", B("x=3"), "3", True),
     ("eq-spaces", B("x = 3"), "3", True),
@@ -120,9 +124,22 @@ CASES = [
     ("last-boxed-wrong", "First \\boxed{6}, no wait: \\boxed{5}", "6", False),
     ("think-boxed-ignored", "<think>it is \\boxed{6}</think> so \\boxed{5}", "6", False),
     ("after-think", "<think>maybe \\boxed{5}</think> so \\boxed{6}", "6", True),
-    ("think-only", "<think>it is \\boxed{6}</think> The answer is 6.", "6", False),
+    ("think-only", "<think>it is \\boxed{6}</think> The answer is 7.", "6", False),
+    ("think-unclosed", "<think>it is \\boxed{6} and I keep thinking", "6", False),
     ("last-think", "<think>\\boxed{5}</think>\\boxed{5}</think> \\boxed{7}", "7", True),
-    ("no-boxed", "The answer is 6.", "6", False),
+    ("no-boxed", "The answer is 6.", "6", True),  # math mode; boxed-only in math-strict (STRICT below)
+    ("answer-line", "So 6.\nAnswer: 6", "6", True),
+    ("final-answer-after-box", "First \\boxed{3}. Then doubling, the final answer is 6.", "6", True),
+    ("retracted-box", "So \\boxed{5}. Wait, that is wrong: the answer is 6.", "6", True),
+    ("multi-box", "x = \\boxed{2} and y = \\boxed{3}", "(2,3)", True),
+    ("hedge-boxes", "It is \\boxed{6} or \\boxed{7}", "6", False),
+    ("hedge-in-box", B("6 \\text{ or } 7"), "6", False),
+    ("both-roots-boxed", "The roots are \\boxed{2} or \\boxed{-2}", "\\pm 2", True),
+    ("repeating", B("0.\\overline{3}"), "\\frac{1}{3}", True),
+    ("emptyset", B("\\varnothing"), "\\emptyset", True),
+    ("inequality-interval", B("x \\ge 2"), "[2,\\infty)", True),
+    ("vector-tuple", B("\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"), "(1,2)", True),
+    ("text-wrapped", B("\\text{5}"), "5", True),
     ("empty-boxed", "\\boxed{}", "6", False),
     ("blank-boxed", "\\boxed{ }", "6", False),
     ("truncated-boxed", "The answer is \\boxed{6", "6", False),
@@ -148,24 +165,106 @@ def test_case_in_process(inproc, name, completion, gold, want):
     assert metrics == {"reward/timeouts": 0}
 
 
-@pytest.fixture(scope="module")
-def pooled():
-    r = reward.MathReward()  # the default: a spawn pool of min(2, cpus) workers
-    yield r
-    r.close()
+# ------------------------------------------------------------------------------------------------
+# Modes: what each one reads
+# ------------------------------------------------------------------------------------------------
+MODE_CASES = [  # (completion, gold, {mode: verdict})
+    ("Adding up, \\boxed{42}.", "42", {"math": True, "math-strict": True, "math-dapo": False}),
+    ("Adding up, 42.\nAnswer: 42", "42", {"math": True, "math-strict": False, "math-dapo": True}),
+    ("Adding up.\nanswer :  1/2", "0.5", {"math": True, "math-strict": False, "math-dapo": True}),
+    ("The answer is 6.", "6", {"math": True, "math-strict": False, "math-dapo": False}),
+    ("So the total is 12 apples.", "12", {"math": True, "math-strict": False, "math-dapo": False}),
+    # DAPO's code reads only the last 300 characters
+    ("Answer: 42\n" + "Checking the work once more. " * 20, "42", {"math": True, "math-strict": False, "math-dapo": False}),
+    ("<think>\\boxed{5}</think> so \\boxed{7}", "7", {"math": True, "math-strict": True, "math-dapo": False}),
+    ("It is \\boxed{6} or \\boxed{7}", "6", {"math": False, "math-strict": False, "math-dapo": False}),
+    ("Answer: 6 or 7", "6", {"math": False, "math-strict": False, "math-dapo": False}),
+    # a box then a correction: the careful grader reads the correction, the strict mode the box
+    ("So \\boxed{5}. Wait, that is wrong: the answer is 6.", "6", {"math": True, "math-strict": False, "math-dapo": False}),
+    # a remark after the box is not an answer statement
+    ("The final answer is \\boxed{5}. I am confident this answer is correct.", "5",
+     {"math": True, "math-strict": True, "math-dapo": False}),
+    ("The answer is \\boxed{5}.\nAnswer: as shown above", "5", {"math": True, "math-strict": True, "math-dapo": False}),
+]
 
 
-def test_subset_through_worker_pool(pooled):
-    # cases that need the symbolic check (not the exact-string shortcut), right and wrong
-    names = {"dec-vs-frac", "frac-vs-dec", "dfrac", "slash-vs-frac", "sqrt2/2", "1/sqrt2", "pi/2", "pi-approx",
-             "interval-open-vs-halfopen", "set-order", "set-missing", "unit-text", "deg-circ", "pct-vs-number",
-             "thousands", "eq-vs-number", "eq-wrong", "think-boxed-ignored", "no-boxed", "int-wrong"}
-    sub = [c for c in CASES if c[0] in names]
-    assert len(sub) == len(names)
-    rewards, correct, metrics = pooled([c[1] for c in sub], [c[2] for c in sub])
-    assert {c[0]: ok for c, ok in zip(sub, correct)} == {c[0]: c[3] for c in sub}
-    assert rewards == [1.0 if c[3] else 0.0 for c in sub]
+@pytest.mark.parametrize("mode", reward.MODES)
+def test_modes(mode):
+    r = reward.MathReward(correct_reward=1.0, wrong_reward=-1.0, workers=0, mode=mode)
+    comps, golds, want = [c[0] for c in MODE_CASES], [c[1] for c in MODE_CASES], [c[2][mode] for c in MODE_CASES]
+    rewards, correct, metrics = r(comps, golds)
+    assert correct == want
+    assert rewards == [1.0 if w else -1.0 for w in want]
     assert metrics == {"reward/timeouts": 0}
+
+
+def test_bad_mode():
+    with pytest.raises(ValueError, match="mode 'boxed' is not one of math, math-strict, math-dapo"):
+        reward.MathReward(mode="boxed")
+    with pytest.raises(ValueError, match="timeout must be > 0 seconds, got 0"):
+        reward.MathReward(timeout=0)
+
+
+def test_extraction():
+    assert reward.extract("x = \\boxed{2} and y = \\boxed{3}") == ["2", "3"]
+    assert reward.extract("\\boxed{1}. Much later, after a long digression about other things: " + "x" * 80 + " \\boxed{2}") == ["2"]
+    assert reward.extract("It is \\boxed{3 \\text{ or } 5}") == ["3", "5"]
+    assert reward.extract("so $x \\le 1$ or $x \\ge 3$.\nAnswer: x \\le 1 or x \\ge 3") == ["(-\\infty,1]\\cup[3,\\infty)"]
+    assert reward.extract("**Final Answer**\n\n$120$") == ["$120$"]
+    assert reward.extract("Final Answer: The final answer is $28 \\%$. I hope it is correct.") == ["$28 \\%$"]
+    assert reward.extract("The answer is \\boxed{6") is None  # cut off inside the box: no answer
+    assert reward.extract("<think>it is 6") is None
+    assert reward.extract("nothing here") is None
+    assert reward.extract_answer("a</think>b</think>\\boxed{3}") == "3"
+    # brace matching is linear: 10k nested braces, and \{ \} are set braces, not groups
+    assert reward.find_boxes("\\boxed{" + "{" * 10_000 + "}" * 10_000 + "}")[0][1] == 20_008
+    assert reward.find_boxes("\\boxed{\\{1,2\\}}") == [(0, 15, "\\{1,2\\}")]
+    assert reward.find_boxes("\\boxed 5 and \\fbox{6}") == [(0, 8, "5"), (13, 21, "6")]
+
+
+def test_normalisations():
+    n = reward.normalize
+    assert n("1\\,234\\,567") == "1234567" and n("1{,}234") == "1234" and n("1 000") == "1000"
+    assert n("1,5") == "1,5"  # a list, not one and a half
+    assert n("0.1\\overline{6}") == "\\frac{1}{6}" and n("0.\\overline{142857}") == "\\frac{1}{7}"
+    assert n("1.\\overline{27}") == "\\frac{14}{11}" and n("0.333\\ldots") == "\\frac{1}{3}" and n("0.(3)") == "\\frac{1}{3}"
+    assert n("\\varnothing") == n("\\{\\}") == n("\\O") == "\\emptyset"
+    assert n("x > 3") == "(3,\\infty)" and n("-2 \\le x < 5") == "[-2,5)" and n("3 \\geq x") == "(-\\infty,3]"
+    assert n("\\begin{pmatrix} 1 \\\\ -2 \\end{pmatrix}") == "(1, -2)" and n("\\langle 1, 2\\rangle") == "(1, 2)"
+    assert n("\\text{12 apples}") == "12" and n("28 percent") == "28\\%" and n("30°") == "30^\\circ"
+
+
+def _mv_default(completion, gold):
+    """math-verify alone: its default extraction over the text after </think>, gold wrapped in \\boxed{}."""
+    from math_verify import parse, verify
+
+    text = completion.rsplit("</think>", 1)[-1]
+    try:
+        return bool(verify(parse("\\boxed{" + gold + "}"), parse(text)))
+    except BaseException:
+        return False
+
+
+def test_labelled_agreement():
+    """Agreement with careful human labels on fixtures/math/labelled.jsonl (hand-written rows after public graders'
+    test suites and the tracker's categories). The default mode must reach 95% and beat math-verify alone."""
+    rows = [json.loads(line) for line in open(os.path.join(HERE, "..", "fixtures", "math", "labelled.jsonl"))]
+    assert len(rows) >= 300 and all({"completion", "gold", "label", "source", "category"} <= set(r) for r in rows)
+    agreement = {}
+    for mode in reward.MODES:
+        v = reward.MathReward(workers=0, mode=mode).verdicts([r["completion"] for r in rows], [r["gold"] for r in rows])
+        agreement[mode] = sum(x.correct == r["label"] for x, r in zip(v, rows)) / len(rows)
+    agreement["math-verify"] = sum(_mv_default(r["completion"], r["gold"]) == r["label"] for r in rows) / len(rows)
+    print(" ".join(f"{k} {a:.1%}" for k, a in agreement.items()))
+    assert agreement["math"] >= 0.95
+    assert agreement["math"] > agreement["math-verify"]
+    assert agreement["math"] > agreement["math-strict"] > agreement["math-dapo"]  # the table has many unboxed answers
+
+
+def test_reward_does_not_import_data():
+    out = subprocess.run([sys.executable, "-c", "import sys, reward; print('data' in sys.modules)"],
+                         cwd=os.path.dirname(HERE), capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
 
 
 # ------------------------------------------------------------------------------------------------
@@ -179,108 +278,94 @@ def test_scoring_scales():
     assert rpm(comps, golds) == ([1.0, -1.0, -1.0, 1.0], [True, False, False, True], {"reward/timeouts": 0})
 
 
-def test_verdicts_and_extraction():
+def test_verdicts():
     v = reward.MathReward(workers=0).verdicts(["<think>\\boxed{1}</think> \\boxed{2/4}", "nothing"], ["0.5", "1"])
     assert (v[0].correct, v[0].timed_out, v[0].extracted) == (True, False, "2/4")
     assert (v[1].correct, v[1].extracted) == (False, None)
-    assert reward.extract_answer("a</think>b</think>\\boxed{3}") == "3"
     with pytest.raises(ValueError, match="2 completions but 1 gold"):
         reward.MathReward(workers=0)(["a", "b"], ["1"])
     assert reward.MathReward(workers=0)([], []) == ([], [], {"reward/timeouts": 0})
 
 
 # ------------------------------------------------------------------------------------------------
-# Timeouts
+# Timeouts: a timeout scores wrong_reward; the bound is wall time for the whole call
 # ------------------------------------------------------------------------------------------------
 # A real pathological answer: comparing two power towers makes sympy evaluate 9^(9^(9^9)) numerically, which
-# does not finish; math-verify's SIGALRM timeout interrupts it and raises math_verify.errors.TimeoutException.
+# does not finish; the check's SIGALRM interrupts it.
 TOWER = (B("9^{9^{9^{9}}}"), "9^{9^{9^{8}}}")
 
 
 def test_power_tower_times_out_in_process():
-    # BUG (reward.py, check(): `except TimeoutError:`): math-verify raises math_verify.errors.TimeoutException,
-    # a BaseException subclass that is neither TimeoutError nor Exception, so it escapes check() and
-    # MathReward(workers=0).__call__ raises instead of scoring a timeout. Fails until that is fixed.
     r = reward.MathReward(wrong_reward=-1.0, timeout=1.0, workers=0)
     t0 = time.monotonic()
     rewards, correct, metrics = r([TOWER[0], B("1/2")], [TOWER[1], "0.5"])
-    assert time.monotonic() - t0 < 10
-    assert rewards == [0.0, 1.0]  # a timeout scores 0, not wrong_reward
+    assert time.monotonic() - t0 < 1.0 + 0.5 + 1.0  # one timeout, plus the honest answer's check
+    assert rewards == [-1.0, 1.0]  # a timeout scores wrong_reward: a pathological answer never beats a wrong one
     assert correct == [False, True]
     assert metrics == {"reward/timeouts": 1}
+    v = r.verdicts([TOWER[0]], [TOWER[1]])[0]
+    assert v.timed_out and 1.0 <= v.seconds <= 1.5  # the whole check, not one math-verify stage
 
 
-def _warm(r):
-    """Start the pool and make every worker import math-verify (sympy) before a short deadline is measured:
-    a cold worker spends seconds on imports inside the deadline (MathReward's deadline starts at submission)."""
+def test_time_bound_in_pool():
+    """Pathological answers beside honest ones, on 2 workers with a 1 s timeout: every call returns within
+    timeout + 0.5 s wall time, the honest answers are scored right, and a worker that ignores SIGALRM (a hang in C)
+    is killed and replaced by the spare, so the batch goes on without waiting for a new process to start."""
     import _slow_worker
 
-    pool, pids = r._get_pool(), set()
-    for _ in range(20):
-        pids |= set(pool.map(_slow_worker.warm, range(2 * r.workers), chunksize=1))
-        if len(pids) >= r.workers:
-            return
-    raise AssertionError(f"only {len(pids)} of {r.workers} reward workers answered")
-
-
-def test_power_tower_times_out_in_pool(pooled):
-    _warm(pooled)
-    pooled.timeout, pooled.wrong_reward = 1.0, -1.0
+    r = reward.MathReward(wrong_reward=-1.0, timeout=1.0, workers=2, check_fn=_slow_worker.work)
     try:
-        comps, golds = [TOWER[0], B("1/2"), B("0.3")], [TOWER[1], "0.5", "0.5"]
+        r.warm()
+        spare = r._spare.proc.pid
+        bad = [TOWER, (B("3^{3^{20}}"), "7"), (B("1/2") + _slow_worker.HANG, "0.5"),
+               ("\\boxed{" + "{" * 10_000 + "1" + "}" * 10_000 + "}", "2"), ("Let us think. " * 75_000 + "\\boxed{3/4}", "0.75")]
+        good = [(B("\\frac{1}{2}"), "0.5"), ("Answer: 1\\,234", "1234"), (B("0.3"), "0.5"), (B("x > 3"), "(3,\\infty)"),
+                ("The roots are \\boxed{-1} and \\boxed{4}.", "4, -1")]
+        comps, golds = [c for c, _ in bad + good], [g for _, g in bad + good]
         t0 = time.monotonic()
-        rewards, correct, metrics = pooled(comps, golds)
-        elapsed = time.monotonic() - t0
-        assert rewards == [0.0, 1.0, -1.0]
-        assert correct == [False, True, False]
-        assert metrics == {"reward/timeouts": 1}
-        bound = 2 * 1.0 + 1.0 * 3 / pooled.workers  # the backstop deadline in MathReward.verdicts
-        assert elapsed < bound + 5.0, elapsed
-        # the pool (restarted if it had to be) still scores
-        assert pooled([B("\\dfrac{1}{2}"), B("0.3")], ["0.5", "0.5"])[0] == [1.0, -1.0]
-    finally:
-        pooled.timeout, pooled.wrong_reward = 5.0, 0.0
-
-
-def test_backstop_kills_a_hung_worker(monkeypatch):
-    """A worker that never returns (a hang SIGALRM cannot interrupt) is scored as a timeout and the pool restarted."""
-    import _slow_worker
-
-    r = reward.MathReward(wrong_reward=-1.0, timeout=1.0, workers=2)
-    try:
-        _warm(r)
-        monkeypatch.setattr(reward, "_work", _slow_worker.work)
-        comps = [B("1/2") + _slow_worker.HANG, B("2/4"), B("0.3")]
-        t0 = time.monotonic()
-        rewards, correct, metrics = r(comps, ["0.5"] * 3)
-        elapsed = time.monotonic() - t0
-        assert rewards == [0.0, 1.0, -1.0]  # 0 for the timeout even though wrong_reward is -1
-        assert correct == [False, True, False]
-        assert metrics == {"reward/timeouts": 1}
-        deadline = 2 * 1.0 + 1.0 * 3 / 2
-        assert deadline - 0.1 < elapsed < deadline + 5.0, elapsed  # waited for the deadline, not the 60 s hang
-        assert r._pool is None  # the pool with the hung worker was terminated
-        monkeypatch.undo()
-        assert r([B("\\frac{2}{4}"), B("0.3")], ["0.5", "0.5"]) == ([1.0, -1.0], [True, False], {"reward/timeouts": 0})
+        v = r.verdicts(comps, golds)
+        wall = time.monotonic() - t0
+        assert [x.timed_out for x in v] == [True, True, True, False, False] + [False] * 5
+        assert [x.correct for x in v] == [False, False, False, False, True, True, True, False, True, True]
+        assert max(x.seconds for x in v) <= 1.0 + 0.5, [round(x.seconds, 2) for x in v]
+        # 3 timeouts on 2 workers: two rounds of one timeout, plus the honest work
+        assert wall < 2 * (1.0 + 0.5) + 3.0, wall
+        assert spare in [w.proc.pid for w in r._pool]  # the hung worker was killed and the spare took its place
+        rewards, correct, metrics = r(comps, golds)
+        assert rewards == [1.0 if c else -1.0 for c in correct] and metrics == {"reward/timeouts": 3}
+        # the workers give the in-process verdicts on the whole CASES table (a timeout that is no test's subject)
+        r.timeout = 10.0
+        assert r([c[1] for c in CASES], [c[2] for c in CASES])[1] == [c[3] for c in CASES]
     finally:
         r.close()
 
 
 def test_integer_fast_path_agrees_with_math_verify():
-    """Plain integers are compared without math-verify (reward._fast_verdict); on integer pairs its verdict is
-    math-verify's, and scoring them starts no worker process."""
+    """Plain integers are compared without math-verify (reward._fast); on integer pairs its verdict is math-verify's,
+    and scoring them starts no worker process."""
     from math_verify import parse, verify
 
-    from reward import MathReward, _fast_verdict
+    from reward import MathReward, _fast
 
     pairs = [("57", "58"), ("58", "58"), ("007", "7"), ("-3", "3"), ("+4", "4"), ("-0", "0"), ("10", "1"),
              ("123456789012345678901234567890", "123456789012345678901234567891"), ("12", " 12 ")]
     for pred, gold in pairs:
         want = bool(verify(parse("\\boxed{" + gold + "}"), parse("\\boxed{" + pred + "}")))
-        assert _fast_verdict(pred, gold) is want, (pred, gold)
+        assert _fast(pred, gold) is want, (pred, gold)
     for pred, gold in [("1/2", "0.5"), ("5.0", "5"), ("1,000", "1000"), ("x", "3")]:
-        assert _fast_verdict(pred, gold) is None  # left to math-verify
+        assert _fast(pred, gold) is None  # left to math-verify
     r = MathReward(workers=1)
-    rewards, correct, _ = r(["so \\boxed{57}", "\\boxed{58}", "no box"], ["58", "58", "58"])
-    assert correct == [False, True, False] and r._pool is None
+    rewards, correct, _ = r(["so \\boxed{57}", "\\boxed{58}", "no box", "9+4=13 13+5=18 \\boxed{18}"], ["58", "58", "58", "18"])
+    assert correct == [False, True, False, True] and r._pool == []
     r.close()
+
+
+def test_dapo_prompt_asks_for_what_math_dapo_reads():
+    """data.py's DAPO template asks for the last line "Answer: ..."; a completion that obeys scores under math-dapo."""
+    import data
+
+    p = data.build_prompt(None, "What is \\frac{1}{2} + {x}?", kind="math-dapo")
+    assert p.startswith("Solve the following math problem step by step.") and "What is \\frac{1}{2} + {x}?" in p
+    assert 'Remember to put your answer on its own line after "Answer:".' in p
+    r = reward.MathReward(1.0, -1.0, workers=0, mode="math-dapo")
+    assert r(["We add.\nAnswer: 42", "We add.\nAnswer: 41", "We add. \\boxed{42}"], ["42"] * 3)[0] == [1.0, -1.0, -1.0]

@@ -1,4 +1,5 @@
-"""rollout.py (HFEngine) on the tiny model: shapes, EOS cutting, truncation, decoding, determinism; tokenizer round trip.
+"""rollout.py (HFEngine, FastEngine) on the tiny model: shapes, EOS cutting, truncation, decoding, determinism; FastEngine
+gives HFEngine's samples token for token; tokenizer round trip.
 
 Run:  python -m pytest tests/test_rollout.py -q        (about 15 s on CPU, plus the one-time tiny-model build
                                                         of the `tiny_model_path` fixture in conftest.py)
@@ -16,15 +17,15 @@ import tiny
 from rollout import SamplingParams
 
 
-@pytest.fixture(scope="module")
-def setup(tiny_model_path):
+@pytest.fixture(scope="module", params=["hf", "fast"])
+def setup(tiny_model_path, request):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model_path)  # exactly as train.py / evaluate.py load it
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
     model.eval()
     prompts = [data.build_prompt(tok, ex.prompt) for ex in data.builtin_task(3, split="test", seed=5)]
-    return tok, model, rollout.make_engine("hf", model, tok), prompts
+    return tok, model, rollout.make_engine(request.param, model, tok), prompts
 
 
 def _check_invariants(tok, groups, n_prompts, n, max_new):
@@ -63,17 +64,19 @@ class _Logits:
 
 
 def test_eos_cut_and_truncation_in_one_batch(setup):
-    """Row 0 ends at once (EOS, then padding in the batch); the others never emit EOS and hit max_new_tokens."""
+    """The last row ends at once (EOS; HFEngine pads it, FastEngine drops it); the others never emit EOS and hit
+    max_new_tokens. (The last row: dropping it leaves the other rows' batch positions, which the hook uses.)"""
     tok, model, eng, prompts = setup
-    h = model.lm_head.register_forward_hook(_Logits(tok.eos_token_id, force_rows={0}))
+    last = len(prompts) - 1
+    h = model.lm_head.register_forward_hook(_Logits(tok.eos_token_id, force_rows={last}))
     try:
         groups = eng.generate(prompts, 1, SamplingParams(temperature=1.0, max_new_tokens=7))
     finally:
         h.remove()
     _check_invariants(tok, groups, len(prompts), 1, 7)
-    first = groups[0][0]
+    first = groups[last][0]
     assert (first.token_ids, first.text, first.length, first.truncated) == ([tok.eos_token_id], "", 1, False)
-    for g in groups[1:]:
+    for g in groups[:last]:
         assert g[0].truncated and g[0].length == 7
 
 
@@ -89,7 +92,7 @@ def test_greedy_deterministic_and_identical_across_n(setup):
     # left padding is right: each prompt alone (and in chunks of 2) gives what it gives in the full batch
     alone = [eng.generate([q], 1, p)[0][0].token_ids for q in prompts]
     assert alone == [g[0] for g in ids]
-    chunked = rollout.HFEngine(model, tok, max_batch=2).generate(prompts, 3, p)
+    chunked = type(eng)(model, tok, max_batch=2).generate(prompts, 3, p)
     assert [[c.token_ids for c in g] for g in chunked] == ids
 
 
@@ -131,6 +134,30 @@ def test_training_flag_restored(setup):
         model.eval()
     eng.generate(prompts[:1], 1, p)
     assert not model.training
+
+
+@pytest.mark.parametrize("params", [SamplingParams(1.0, 1.0, 40), SamplingParams(0.7, 0.9, 40), SamplingParams(0.0, 1.0, 40)],
+                         ids=["t1", "t0.7-top_p0.9", "greedy"])
+@pytest.mark.parametrize("max_batch", [512, 20])  # 20: chunks that split a prompt's group
+def test_fast_engine_gives_hf_samples(tiny_model_path, params, max_batch):
+    """Same seed, same samples: every token of every row, and the random stream left in the same state."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+    prompts = [data.build_prompt(tok, ex.prompt) for ex in data.builtin_task(6, split="train", seed=3)]
+    res = {}
+    for E in (rollout.HFEngine, rollout.FastEngine):
+        torch.manual_seed(11)
+        groups = E(model, tok, max_batch=max_batch).generate(prompts, 8, params)
+        res[E.__name__] = ([[(c.token_ids, c.text, c.length, c.truncated) for c in g] for g in groups], torch.rand(3))
+    (hf, hf_next), (fast, fast_next) = res["HFEngine"], res["FastEngine"]
+    assert fast == hf
+    assert torch.equal(fast_next, hf_next)
+    if params.temperature > 0:
+        lengths = [c[2] for g in hf for c in g]
+        assert min(lengths) < max(lengths)  # rows finished at different steps: the fast loop dropped some mid-batch
+        assert len({tuple(c[0]) for c in hf[0]}) > 1  # a prompt's 8 samples differ
 
 
 def _round_trip_texts():

@@ -1,0 +1,70 @@
+"""tiny.py: the model shipped in models/tiny-qwen2/ is the one tiny.py builds.
+
+Run:  python -m pytest tests/test_tiny.py -q                 (a few seconds)
+      python -m pytest tests/test_tiny.py -q -m slow         (the full cold-start SFT from scratch: ~8 min on 2 cores)
+"""
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tiny
+
+
+def _tensors(path):
+    from safetensors.torch import load_file
+
+    return load_file(os.path.join(path, "model.safetensors"))
+
+
+def test_shipped_model_has_the_current_recipe_key():
+    """A change to the recipe, the tokenizer or the task changes the key: the shipped model must be rebuilt
+    (`python tiny.py --ship`), else get_tiny_model would silently build instead of using it."""
+    assert tiny.shipped_key() == tiny.TinyRecipe().key()
+    rec = json.load(open(os.path.join(tiny.SHIPPED_DIR, "recipe.json")))
+    assert {k: v for k, v in rec.items() if k != "key"} == {f.name: getattr(tiny.TinyRecipe(), f.name) for f in
+                                                           __import__("dataclasses").fields(tiny.TinyRecipe)}
+
+
+def test_default_model_is_the_shipped_one_and_nothing_is_built(tmp_path, monkeypatch):
+    monkeypatch.setattr(tiny, "sft", lambda *a, **k: pytest.fail("the shipped model should have been used"))
+    assert tiny.get_tiny_model(cache_dir=str(tmp_path), verbose=False) == tiny.SHIPPED_DIR
+    assert os.listdir(tmp_path) == []
+    # another recipe is not the shipped one: it is built (SFT skipped here) and cached
+    monkeypatch.setattr(tiny, "sft", lambda *a, **k: None)
+    other = tiny.get_tiny_model(tiny.TinyRecipe(sft_steps=1), cache_dir=str(tmp_path), verbose=False)
+    assert other != tiny.SHIPPED_DIR and other.startswith(str(tmp_path))
+
+
+def test_shipped_tokenizer_and_initial_config_are_what_tiny_builds(tmp_path):
+    """The cheap half of the build: tokenizer files and model config (the weights need the SFT: slow test)."""
+    from transformers import AutoConfig
+
+    tok = tiny.build_tokenizer()
+    tok.save_pretrained(tmp_path)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert json.load(open(tmp_path / name)) == json.load(open(os.path.join(tiny.SHIPPED_DIR, name))), name
+    model = tiny.build_model(tiny.TinyRecipe(), tok)
+    shipped = AutoConfig.from_pretrained(tiny.SHIPPED_DIR).to_dict()
+    built = model.config.to_dict()
+    skip = {"transformers_version", "dtype", "torch_dtype", "architectures", "_name_or_path"}
+    assert {k: v for k, v in built.items() if k not in skip} == {k: v for k, v in shipped.items() if k not in skip}
+    shipped_w = _tensors(tiny.SHIPPED_DIR)
+    assert set(shipped_w) == {k for k in model.state_dict() if k != "lm_head.weight"}  # tied head saved once
+    assert all(shipped_w[k].shape == v.shape for k, v in model.state_dict().items() if k in shipped_w)
+
+
+@pytest.mark.slow
+def test_fresh_build_reproduces_the_shipped_weights_bit_for_bit(tmp_path):
+    torch.set_num_threads(1)  # as `python tiny.py` builds it
+    path = tiny.get_tiny_model(cache_dir=str(tmp_path), verbose=False, use_shipped=False)
+    assert path != tiny.SHIPPED_DIR
+    built, shipped = _tensors(path), _tensors(tiny.SHIPPED_DIR)
+    assert set(built) == set(shipped)
+    for k in built:
+        assert torch.equal(built[k], shipped[k]), k
+    for name in ("recipe.json", "tokenizer.json", "generation_config.json"):
+        assert json.load(open(os.path.join(path, name))) == json.load(open(os.path.join(tiny.SHIPPED_DIR, name))), name
