@@ -8,6 +8,7 @@ and resume; an end-to-end `train.py --fsdp` run with save and resume. What only 
 speed, FSDP's bf16 mixed-precision policy, vLLM on GPU fed from shards.
 """
 import json
+import math
 import os
 
 import pytest
@@ -64,6 +65,6 @@ def test_fsdp_train_run_and_resume(tiny_model_path, tmp_path):
     r = launch(2, *args, "--max-steps", "3", "--resume", "auto")
     rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
     assert [row["step"] for row in rows] == [1, 2, 3] and all(row["rollout/generated"] == 16 for row in rows)
-    assert all(row["policy/updates"] == 4 and row["perf/grad_norm"] > 0 for row in rows)
+    assert all(row["policy/updates"] == 4 and math.isfinite(row["perf/grad_norm"]) for row in rows)  # 2 epochs x 2 mini-batches
     assert r.stdout.count("held-out greedy accuracy:") == 1
     assert (out / "checkpoint-3" / "model.safetensors").exists()
