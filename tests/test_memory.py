@@ -118,3 +118,149 @@ def test_under_bf16_autocast_fp32_master_weights():
     # bf16-rounded logits, not fp32 ones: the fp32 path differs by more than the bf16 tolerance
     lp32, _ = grpo.token_logprobs(h32 @ w32.T, tok, 1.0)
     assert (lp32 - lp).abs().max() > 1e-4
+
+
+# ---- train.py: the chunked path in the update, gradient checkpointing, precision policy, trackers ----------------
+import json  # noqa: E402
+import os  # noqa: E402
+
+import train  # noqa: E402
+
+SMALL = ["--batch-size", "16", "--group-size", "4", "--mini-batch-size", "8", "--micro-batch-size", "4",
+         "--eval-problems", "8", "--max-new-tokens", "24", "--reward-workers", "0", "--eval-every", "0"]
+
+
+def _update_grad(model_path, **cfg_kw):
+    """One train.update_policy call on tests/mp_step.py's fixed batch; returns (loss, flattened gradient)."""
+    from accelerate import Accelerator
+
+    import rollout
+    from tests.mp_step import fixed_batch
+
+    acc = Accelerator(cpu=True)
+    torch.manual_seed(0)
+    model, tok = rollout.load_model(model_path, torch.float32)
+    if cfg_kw.pop("gradient_checkpointing", False):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    opt = torch.optim.AdamW(model.parameters(), lr=0.0)
+    model, opt = acc.prepare(model, opt)
+    grads = []
+    opt.step = lambda *a, **k: grads.append(torch.cat([p.grad.flatten().clone() for p in model.parameters()]))
+    p, r, adv, tr = fixed_batch(len(tok), tok.eos_token_id)
+    cfg = train.Config(batch_size=16, group_size=4, mini_batch_size=16, micro_batch_size=4, lr=0.0, grad_clip=1e9,
+                       entropy_coef=0.01, **cfg_kw)
+    out = train.update_policy(cfg, acc, model, None, opt, tok, p, r, adv, tr, 0.01, 0)
+    return out["policy/loss"], out["policy/entropy"], grads[0]
+
+
+def test_update_chunked_and_checkpointed_equal_full_logits(tiny_model_path):
+    """The update's loss, entropy and gradient (with an entropy bonus): full logits == chunked == chunked +
+    gradient checkpointing (fp32, to rounding)."""
+    ref = _update_grad(tiny_model_path, logprob_chunk=0)
+    for kw in (dict(logprob_chunk=7), dict(logprob_chunk=256, gradient_checkpointing=True)):
+        got = _update_grad(tiny_model_path, **kw)
+        assert abs(got[0] - ref[0]) < 1e-6 and abs(got[1] - ref[1]) < 1e-5, kw
+        assert ref[2].abs().max() > 1e-3
+        torch.testing.assert_close(got[2], ref[2], rtol=1e-4, atol=1e-6, msg=lambda m: f"{kw}: {m}")
+
+
+def test_bf16_adamw_loses_small_updates_fp32_master_keeps_them():
+    """Why bf16-mixed keeps fp32 weights and AdamW states: at lr 1e-6 an AdamW step (~lr per element) is below half
+    a bf16 ulp of a weight of size ~0.02 (2^-6 * 2^-8 = 6e-5), so bf16 weights do not move at all."""
+    torch.manual_seed(0)
+    w32 = torch.nn.Parameter(torch.randn(4096) * 0.02)
+    w16 = torch.nn.Parameter(w32.detach().bfloat16())
+    for w in (w32, w16):
+        o = torch.optim.AdamW([w], lr=1e-6, weight_decay=0.0)
+        before = w.detach().clone()
+        w.grad = torch.randn(4096, generator=torch.Generator().manual_seed(1)).to(w.dtype)
+        o.step()
+        w.moved = (w.detach() != before).float().mean().item()
+    assert w32.moved > 0.99 and w16.moved < 0.05  # bf16: only weights within ~2.5e-4 of zero move
+
+
+PRECISION_DRIVER = """
+import json, sys, torch
+torch.set_num_threads(1)
+import rollout, train
+from tests.mp_step import fixed_batch
+policy, model_path, out = sys.argv[1:4]
+cfg = train.Config(dtype=policy, batch_size=16, group_size=4, mini_batch_size=16, micro_batch_size=4, lr=1e-6,
+                   warmup_steps=1, grad_clip=1e9, output_dir=out)
+acc = train.make_accelerator(cfg)
+model, tok = rollout.load_model(model_path, torch.bfloat16 if train.precision(cfg) == "bfloat16" else torch.float32)
+opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+model, opt = acc.prepare(model, opt)
+w0 = {n: p.detach().clone() for n, p in model.named_parameters()}
+real_step, grad_dtypes = opt.step, set()
+def step(*a, **k):
+    grad_dtypes.update(str(p.grad.dtype) for p in model.parameters() if p.grad is not None)
+    return real_step(*a, **k)
+opt.step = step
+p, r, adv, tr = fixed_batch(len(tok), tok.eos_token_id)
+res = train.update_policy(cfg, acc, model, None, opt, tok, p, r, adv, tr, 0.0, 0)
+moved = sum((p.detach() != w0[n]).sum().item() for n, p in model.named_parameters()) / sum(v.numel() for v in w0.values())
+states = sorted({str(t.dtype) for s in opt.state.values() for k, t in s.items() if k in ("exp_avg", "exp_avg_sq")})
+print(json.dumps({"mixed_precision": acc.mixed_precision, "weights": sorted({str(p.dtype) for p in model.parameters()}),
+                  "grads": sorted(grad_dtypes),
+                  "states": states, "moved": moved, "grad_norm": res["perf/grad_norm"]}))
+"""
+
+
+@pytest.mark.parametrize("policy", ["bf16-mixed", "bfloat16"])
+def test_precision_policy_in_update(policy, tiny_model_path, tmp_path):
+    """One update at lr 1e-6 through train.make_accelerator / update_policy (a fresh process: Accelerate's
+    precision is process-wide). bf16-mixed: fp32 weights, gradients and AdamW states under bf16 autocast, and the
+    step moves the weights; bfloat16: all bf16, and the same step leaves almost every weight where it was."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", PRECISION_DRIVER, policy, tiny_model_path, str(tmp_path)], cwd=root,
+                       capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["grad_norm"] > 1e-3
+    if policy == "bf16-mixed":
+        assert res["mixed_precision"] == "bf16"
+        assert res["weights"] == res["grads"] == res["states"] == ["torch.float32"]
+        assert res["moved"] > 0.5
+    else:
+        assert res["mixed_precision"] == "no"
+        assert res["weights"] == res["grads"] == res["states"] == ["torch.bfloat16"]
+        assert res["moved"] < 0.1
+
+
+def test_report_to_tensorboard(tiny_model_path, tmp_path):
+    """--report-to tensorboard: every metrics row as scalars at its step, the evaluations, and the config."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    hist = train.main(["--model", tiny_model_path, "--output-dir", str(out), *SMALL, "--max-steps", "2",
+                       "--report-to", "tensorboard", "--gradient-checkpointing"])
+    ea = EventAccumulator(str(out / "tensorboard"))
+    ea.Reload()
+    for key in ("reward/mean", "policy/entropy", "perf/grad_norm"):
+        assert [(e.step, round(e.value, 5)) for e in ea.Scalars(key)] == [(r["step"], round(r[key], 5)) for r in hist], key
+    assert [e.step for e in ea.Scalars("eval/accuracy")] == [0, 2]
+    hp = [os.path.join(d, f) for d, _, fs in os.walk(out / "tensorboard") for f in fs if f == "hparams.yml"]
+    assert len(hp) == 1 and "gradient_checkpointing: true" in open(hp[0]).read()
+    assert json.load(open(out / "config.json"))["report_to"] == "tensorboard"
+
+
+def test_report_to_wandb_offline(tiny_model_path, tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "run"
+    train.main(["--model", tiny_model_path, "--output-dir", str(out), *SMALL, "--max-steps", "1", "--report-to", "wandb"])
+    runs = [d for d in os.listdir(out / "wandb") if d.startswith("offline-run-")]
+    assert len(runs) == 1 and any(f.endswith(".wandb") for f in os.listdir(out / "wandb" / runs[0]))
+
+
+def test_bad_flags_are_one_error_line():
+    for argv, flag in ((["--dtype", "fp16"], "--dtype"), (["--logprob-chunk", "-1"], "--logprob-chunk"),
+                       (["--report-to", "mlflow"], "--report-to"), (["--fsdp", "--recipe", "dapo"], "--fsdp")):
+        with pytest.raises(SystemExit, match=f"^error: {flag}"):
+            train.parse_config(argv)
