@@ -98,8 +98,8 @@ def main():
     ap.add_argument("--batch", type=int, default=8, help="responses per update")
     ap.add_argument("--chunk", type=int, default=256, help="LM-head rows per chunk on the 'after' path")
     ap.add_argument("--max-before-tokens", type=int, default=2048,
-                    help="run the full-logits path only where micro-batch x response <= this (it needs ~3.6 KB x vocab/1000 "
-                         "per token: 2 x 4096 at 151,936 would be ~30 GB)")
+                    help="run the full-logits path only where micro-batch x response <= this (it needs ~22 B x vocab "
+                         "per token: 2 x 4096 at 151,936 would be ~28 GB)")
     ap.add_argument("--ckpt", action="store_true", help="also run the chunked path with gradient checkpointing")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--micro", type=int, default=2, help=argparse.SUPPRESS)
