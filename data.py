@@ -12,7 +12,7 @@ Notable features
         dapo       prompt (string or chat messages), reward_model.ground_truth   (DAPO-Math-17k)
         aime       problem, answer
         plain      prompt, answer                         (what `grade.py` and this project write)
-    Optional fields `difficulty` (1-5) and `pass_rate` are kept when present (offline grading, issue 6).
+    Optional fields `difficulty` (1-5) and `pass_rate` are kept when present (offline grading, grade.py).
   * Bad input stops with one error naming the file, line and field.
   * Prompt building: the tokenizer's chat template when it has one, a plain template otherwise, both with
     the instruction used by Ring-lite / Skywork-OR1 / MiMo:

@@ -1,4 +1,4 @@
-"""Offline difficulty grading and filtering of training data, as the papers do it (issue 6).
+"""Offline difficulty grading and filtering of training data, as the papers do it.
 
     python grade.py --data builtin --n 300 --samples 8 --out graded.jsonl            # grade (tiny model)
     python grade.py grade --data train.parquet --model Qwen/Qwen2.5-Math-7B --samples 16 --out graded.parquet \

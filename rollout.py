@@ -5,7 +5,7 @@ Notable features
     one runs. `HFEngine` uses the training model itself through `transformers`' `generate` (the readable
     reference the other engines are tested against). `FastEngine` gives HFEngine's samples token for token
     (same seed, same samples) from a plain decode loop that drops finished rows and runs each prompt's prefill
-    once for its n samples: 2-4x less generation time on the tiny model (bench/vs_trl.py).
+    once for its n samples: on the cold-start tiny model, 32 prompts x 8 samples in 0.8 s instead of 3.3-4.1 s.
   * Batched and left-padded; sampling with temperature and top-p only. Model-side defaults that would change
     the sampling distribution (a `generation_config.json` with top_k=20 or a repetition penalty, as Qwen ships)
     are switched off explicitly: the trainer's log-probs must be those of the distribution that was sampled.

@@ -247,7 +247,7 @@ def _mv_default(completion, gold):
 
 def test_labelled_agreement():
     """Agreement with careful human labels on fixtures/math/labelled.jsonl (hand-written rows after public graders'
-    test suites and the tracker's categories). The default mode must reach 95% and beat math-verify alone."""
+    test suites and the failure categories a human grader sees). The default mode must reach 95% and beat math-verify alone."""
     rows = [json.loads(line) for line in open(os.path.join(HERE, "..", "fixtures", "math", "labelled.jsonl"))]
     assert len(rows) >= 300 and all({"completion", "gold", "label", "source", "category"} <= set(r) for r in rows)
     agreement = {}

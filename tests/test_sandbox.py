@@ -701,7 +701,7 @@ def test_hostile(bait, monkeypatch, klass, code, probe, needs, limits, fetch):
 
 @needs_ns
 def test_training_data_read_scores_zero_in_every_mode(bait):
-    """The attack from the tracker, scored by the trainer's CodeReward: read the data file, print its answers."""
+    """The data-file attack, scored by the trainer's CodeReward: read the data file, print its answers."""
     code = ("import glob, json\nfor p in ['%s/train.jsonl', '%s/train.jsonl', '%s'] + glob.glob('/*/*/train.jsonl'):\n"
             "    try:\n        print(json.loads(open(p).readline())['tests'][0]['output'].strip()); break\n"
             "    except OSError:\n        pass\n") % (bait["dir"], bait["tmp"], bait["shm"])

@@ -131,3 +131,47 @@ def test_code_reward_path_runs(tiny_model_path, tmp_path):
                "--max-steps", "2", "--eval-problems", "4")
     assert len(hist) == 2 and all(r["reward/mean"] == 0.0 for r in hist)
     assert json.load(open(tmp_path / "code" / "summary.json"))["eval_problems"] == 4
+
+
+def test_split_micro_cuts_by_padded_tokens_in_length_order():
+    p = [[1] * 10] * 6
+    r = [[1] * 5, [1] * 64, [1] * 3, [1] * 12, [1] * 5, [1] * 40]
+    # sorted by response length 3,5,5,12 | 40,64: a fifth row would pad 5 rows to 10 + 40 = 250 tokens > 200
+    assert train.split_micro(list(range(6)), p, r, 256, 200) == [[2, 0, 4, 3], [5, 1]]
+    assert train.split_micro(list(range(6)), p, r, 3, 10**6) == [[2, 0, 4], [3, 5, 1]]  # row cap still holds
+    assert train.split_micro(list(range(6)), p, r, 2, 0) == [[0, 1], [2, 3], [4, 5]]  # off: rollout order
+    assert train.split_micro([5], p, r, 4, 10) == [[5]]  # a row longer than the budget goes alone
+    assert train.split_micro([], p, r, 4, 100) == [[]]
+
+
+@pytest.mark.parametrize("agg", ["seq-mean-token-mean", "token-mean", "seq-mean-token-sum"])
+def test_length_sorted_micro_batches_give_the_one_batch_gradient(tiny_model_path, agg):
+    """--micro-batch-tokens: sorting a mini-batch by length and cutting it by padded size changes no gradient
+    (float64: equal to rounding), and the budget used here does cut it into several micro-batches."""
+    from accelerate import Accelerator
+
+    import rollout
+
+    acc = Accelerator(cpu=True)
+    model, tok = rollout.load_model(tiny_model_path, torch.float64)
+    model.config.use_cache = False
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
+    model.train()
+    grads = []
+    optimizer.step = lambda *a, **k: grads.append(torch.cat([p.grad.detach().flatten().clone() for p in model.parameters()]))
+    g = torch.Generator().manual_seed(7)
+    p_ids, r_ids = [], []
+    for _ in range(4):
+        p = torch.randint(5, len(tok), (int(torch.randint(3, 9, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(4):
+            p_ids.append(p)
+            r_ids.append(torch.randint(5, len(tok), (int(torch.randint(1, 30, (1,), generator=g)),), generator=g).tolist())
+    adv = torch.randn(16, generator=g, dtype=torch.float64)
+    for tokens in (0, 120):
+        cfg = train.Config(batch_size=16, group_size=4, mini_batch_size=16, micro_batch_size=16, micro_batch_tokens=tokens,
+                           loss_agg=agg, lr=0.0, grad_clip=1e9, max_new_tokens=32)
+        train.update_policy(cfg, acc, model, None, optimizer, tok, p_ids, r_ids, adv, [False] * 16, 0.0, 0, None)
+        optimizer.zero_grad(set_to_none=True)
+    assert len(train.split_micro(list(range(16)), p_ids, r_ids, 16, 120)) >= 3
+    assert torch.allclose(grads[0], grads[1], rtol=1e-9, atol=1e-12)
+    assert grads[0].abs().sum() > 0
