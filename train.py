@@ -551,7 +551,8 @@ def setup(cfg: Config) -> Run:
         accelerator.unwrap_model(model)._is_fsdp_managed_module = True
     # FSDP: FastEngine's decode loop lets finished processes stop, but every sharded forward is a collective: HF
     # generate with synced_gpus instead
-    engine = rollout.make_engine("hf" if sharded and cfg.rollout == "fast" else cfg.rollout, accelerator.unwrap_model(model), tok, model_path=resume_from or model_path,
+    engine = rollout.make_engine("hf" if sharded and cfg.rollout == "fast" else cfg.rollout, accelerator.unwrap_model(model),
+                                 tok, model_path=resume_from or model_path,
                                  seed=cfg.seed, max_model_len=512 if not cfg.model else None,
                                  gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, enable_sleep=cfg.vllm_sleep)
     ent_ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max) if cfg.adaptive_entropy else None
