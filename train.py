@@ -825,21 +825,12 @@ def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_i
     if engine_lp is not None and any(lp is None or len(lp) != len(r) for lp, r in zip(engine_lp, r_ids)):
         raise RuntimeError("--tis-cap: the rollout engine returned no log-probs for a response")
     sharded = is_sharded(accelerator)
-
-    def lockstep(n: int) -> int:  # FSDP: every forward is a collective, so all processes run the largest count
-        return int(accelerator.reduce(torch.tensor([float(n)], device=device), "max").item()) if sharded else n
-
-    def dummy_forward():  # FSDP: a process with nothing left joins the others' forward (and backward) passes
-        pad = tok.pad_token_id
-        return response_logprobs(model, make_batch(tok, [[pad]], [[pad]], device), cfg.temperature,
-                                 chunk_size=cfg.logprob_chunk)[0].sum() * 0.0
-
     old_logp = None  # with mu == 1: logp.detach()
     if mu > 1:
         n_fwd = -(-N // cfg.micro_batch_size)
         with torch.no_grad():
-            for _ in range(lockstep(n_fwd) - n_fwd):
-                dummy_forward()
+            for _ in range(lockstep(accelerator, n_fwd) - n_fwd):
+                dummy_forward(cfg, model, tok, device)
         old_logp = old_logprobs(cfg, model, tok, p_ids, r_ids, device)
     g = torch.Generator().manual_seed(cfg.seed * 100003 + step)
     log = UpdateLog()
@@ -853,12 +844,13 @@ def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_i
             seqs, toks = max(counts[0].item(), 1e-9), max(counts[1].item(), 1e-9)
             # (b) the loss of each micro-batch, gradients accumulated (DDP all-reduces once, on the last)
             micro = split_micro(mb, p_ids, r_ids, cfg.micro_batch_size, cfg.micro_batch_tokens)
-            micro += [[]] * (lockstep(len(micro)) - len(micro))  # FSDP: the same number of forwards everywhere
+            micro += [[]] * (lockstep(accelerator, len(micro)) - len(micro))  # FSDP: as many forwards everywhere
             stats = []
             for k, mc in enumerate(micro):
                 with accelerator.no_sync(model) if k < len(micro) - 1 else contextlib.nullcontext():
                     if not mc:  # no responses here this update: a zero loss still joins the gradient all-reduce
-                        accelerator.backward(dummy_forward() if sharded else sum(p.sum() for p in model.parameters()) * 0.0)
+                        accelerator.backward(dummy_forward(cfg, model, tok, device) if sharded
+                                             else sum(p.sum() for p in model.parameters()) * 0.0)
                         continue
                     batch = make_batch(tok, [p_ids[i] for i in mc], [r_ids[i] for i in mc], device)
                     R = batch[3].shape[1]
@@ -884,6 +876,20 @@ def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_i
             # (d) metrics
             log.add(stats, float(gn), first_epoch=epoch == 0)
     return log.result(accelerator, optimizer, alpha)
+
+
+def lockstep(accelerator, n: int) -> int:
+    """FSDP: every forward is a collective, so all processes run the largest count of them (n elsewhere)."""
+    if not is_sharded(accelerator):
+        return n
+    return int(accelerator.reduce(torch.tensor([float(n)], device=accelerator.device), "max").item())
+
+
+def dummy_forward(cfg, model, tok, device):
+    """FSDP: a zero loss from a one-token forward, so a process with nothing left joins the others' passes."""
+    pad = tok.pad_token_id
+    return response_logprobs(model, make_batch(tok, [[pad]], [[pad]], device), cfg.temperature,
+                             chunk_size=cfg.logprob_chunk)[0].sum() * 0.0
 
 
 def old_logprobs(cfg, model, tok, p_ids, r_ids, device) -> list[torch.Tensor]:
