@@ -62,7 +62,7 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
     logits (N, T, V) are the scores that predict tokens (N, T) (already shifted by one position).
     Returns logp (N, T) and entropy (N, T) or None. Equals minus HF's per-token cross-entropy at tau = 1.
     """
-    logits = logits.float() / temperature  # (N, T, V)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature  # (N, T, V), >= fp32
     logz = torch.logsumexp(logits, dim=-1)  # (N, T)
     logp = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - logz  # (N, T)
     ent = None

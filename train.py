@@ -119,7 +119,17 @@ class Config:
     micro_batch_tokens: int = opt(4096, "padded tokens per forward/backward: a mini-batch is sorted by length and cut into "
                                         "micro-batches of at most this many (and at most --micro-batch-size responses), so a "
                                         "few long responses do not pad every row to their length; 0 = off (rollout order)")
-    dtype: str = opt("auto", "model weights dtype: auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16")
+    dtype: str = opt("auto", "precision policy: auto (bf16-mixed on GPU, float32 on CPU); float32; bf16-mixed (fp32 weights, "
+                             "gradients and AdamW states, bf16 autocast forward, fp32 log-softmax); bfloat16 (all bf16, "
+                             "8 B/param: AdamW steps smaller than ~1/256 of a weight round away, e.g. at lr 1e-6)")
+    logprob_chunk: int = opt(256, "LM-head rows per chunk for the log-probs (grpo.chunked_token_logprobs): the update never holds "
+                                  "more than chunk x vocab logits; 0 = full logits (micro-batch x (P+R) x vocab, the reference)")
+    gradient_checkpointing: bool = opt(False, "recompute each decoder layer in the backward (HF gradient checkpointing, "
+                                              "non-reentrant): keeps one hidden state per layer and token, ~1/3 more compute")
+    fsdp: bool = opt(False, "shard weights, gradients and AdamW states over the processes: FSDP2 through Accelerate, one unit "
+                            "per decoder layer (= accelerate launch --config_file configs/fsdp.yaml); see docs/multi_gpu.md")
+    report_to: str = opt("none", "experiment tracker through Accelerate: tensorboard (OUTPUT_DIR/tensorboard), wandb, none; "
+                                 "the config is logged once, every metrics.jsonl row each step")
     threads: int = opt(1, "CPU threads for torch (0 = torch's default). 1 by default: the tiny model gains little from more, "
                           "and an OpenMP pool sharing its cores with other work ran 30x slower here (measured)")
     # --- recipe: each paper's techniques (train.py --recipe NAME sets them; any flag given still wins) ---
@@ -177,6 +187,20 @@ class Config:
             bad("reward", f"{self.reward!r} is not one of math, math-strict, math-dapo, code, code-strict, code-soft")
         if self.reward_timeout <= 0:
             bad("reward-timeout", f"must be > 0 seconds, got {self.reward_timeout}")
+        if self.dtype not in ("auto", "float32", "bf16-mixed", "bfloat16"):
+            bad("dtype", f"{self.dtype!r} is not one of auto, float32, bf16-mixed, bfloat16")
+        if self.logprob_chunk < 0:
+            bad("logprob-chunk", f"must be >= 0 (0 = full logits), got {self.logprob_chunk}")
+        if self.report_to not in ("none", "tensorboard", "wandb"):
+            bad("report-to", f"{self.report_to!r} is not tensorboard, wandb or none")
+        if self.report_to != "none":
+            import importlib.util
+
+            if importlib.util.find_spec(self.report_to) is None:
+                bad("report-to", f"the {self.report_to} package is not installed (pip install {self.report_to})")
+        if self.fsdp and (self.dynamic_sampling or self.seamless):
+            bad("fsdp", "cannot be combined with --dynamic-sampling / --seamless: their generation rounds differ between "
+                        "processes, and under FSDP every forward pass is a collective")
 
 
 class ArgParser(argparse.ArgumentParser):
@@ -270,11 +294,45 @@ def split_micro(mb: list[int], p_ids, r_ids, max_rows: int, max_tokens: int) -> 
     return out + [cur] if cur else out or [[]]
 
 
-def response_logprobs(model, batch, temperature: float, with_entropy: bool = False):
-    """Per-token log-probs (and entropy) of the response tokens: logits at t-1 predict token t."""
-    ids, attn, pos, resp, _, P = batch
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits  # (N, P+R, V)
-    return grpo.token_logprobs(logits[:, P - 1 : -1], resp, temperature, with_entropy)  # (N, R)
+def response_logprobs(model, batch, temperature: float, with_entropy: bool = False, chunk_size: int = 256):
+    """Per-token log-probs (and entropy) of the response tokens (B, R): the hidden state at t-1 predicts token t.
+
+    chunk_size > 0: the model runs with its LM head swapped for `LogprobHead` (the response rows that count, in
+    chunks of chunk_size recomputed in the backward: grpo.chunked_token_logprobs), so the (B, P+R, V) logits never
+    exist; padded positions get 0. chunk_size 0: the full logits and grpo.token_logprobs (the reference).
+    The swap is seen inside the wrapper's forward (DDP, FSDP2), where the LM-head weight is the gathered one.
+    """
+    ids, attn, pos, resp, resp_mask, P = batch
+    if not chunk_size:
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits  # (N, P+R, V)
+        return grpo.token_logprobs(logits[:, P - 1 : -1], resp, temperature, with_entropy)  # (N, R)
+    base = getattr(model, "module", model)  # DDP keeps the model in .module; FSDP2 shards it in place
+    name = next(n for n, m in base.named_children() if m is base.get_output_embeddings())
+    head = getattr(base, name)
+    setattr(base, name, LogprobHead(head, resp, resp_mask, temperature, with_entropy, chunk_size))
+    try:
+        keep = torch.arange(P - 1, P - 1 + resp.shape[1], device=ids.device)  # the positions that predict the response
+        out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=keep, use_cache=False).logits
+    finally:
+        setattr(base, name, head)
+    return out[..., 0], (out[..., 1] if with_entropy else None)
+
+
+class LogprobHead(torch.nn.Module):
+    """Stands in for the LM head for one forward: (B, R, H) response hidden states -> (B, R, 2) [log-prob, entropy]."""
+
+    def __init__(self, head, tokens, mask, temperature, with_entropy, chunk_size):
+        super().__init__()
+        self.head, self.tokens, self.mask = head, tokens, mask.bool()
+        self.temperature, self.with_entropy, self.chunk_size = temperature, with_entropy, chunk_size
+
+    def forward(self, hidden):
+        m = self.mask
+        lp, ent = grpo.chunked_token_logprobs(hidden[m], self.head.weight, self.tokens[m], self.head.bias,
+                                              self.temperature, self.with_entropy, self.chunk_size)
+        lp = lp.new_zeros(m.shape).masked_scatter(m, lp)  # (B, R), 0 on padding
+        ent = lp.new_zeros(m.shape).masked_scatter(m, ent) if self.with_entropy else torch.zeros_like(lp)
+        return torch.stack([lp, ent], dim=-1)
 
 
 def pad_rows(rows: list, n_cols: int, device) -> torch.Tensor:
@@ -285,16 +343,83 @@ def pad_rows(rows: list, n_cols: int, device) -> torch.Tensor:
     return out
 
 
+def precision(cfg) -> str:
+    """The precision policy in use: float32, bf16-mixed or bfloat16 (--dtype auto: bf16-mixed on GPU, float32 on CPU)."""
+    return ("bf16-mixed" if torch.cuda.is_available() else "float32") if cfg.dtype == "auto" else cfg.dtype
+
+
+def make_accelerator(cfg):
+    """Accelerate with the run's precision, sharding and tracker.
+
+    bf16-mixed: weights, gradients and AdamW states in fp32, the forward under bf16 autocast (Accelerate's
+    mixed_precision="bf16"); log-softmax, entropy and the loss in fp32 (grpo.chunked_token_logprobs upcasts).
+    --fsdp: FSDP2 (`fully_shard` per decoder layer, i.e. the model's `_no_split_modules`, then the root), full state
+    dicts for checkpoints. Accelerate 1.15 turns FSDP on only for accelerator devices; torch's FSDP2 also runs on CPU
+    processes over gloo, so a CPU run (the tests) gets the same Accelerate code path by setting the type itself.
+    """
+    from accelerate import Accelerator, PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    plugin = None
+    if cfg.fsdp:
+        plugin = FullyShardedDataParallelPlugin(fsdp_version=2, auto_wrap_policy="transformer_based_wrap",
+                                                reshard_after_forward=True, state_dict_type="FULL_STATE_DICT",
+                                                cpu_ram_efficient_loading=False)
+    acc = Accelerator(cpu=not torch.cuda.is_available(), fsdp_plugin=plugin,
+                      mixed_precision="bf16" if precision(cfg) == "bf16-mixed" else "no",
+                      log_with=None if cfg.report_to == "none" else cfg.report_to, project_dir=cfg.output_dir)
+    if plugin is not None and acc.distributed_type == DistributedType.MULTI_CPU:  # both shared states (borgs)
+        PartialState().distributed_type = acc.state.distributed_type = DistributedType.FSDP
+        acc.state.fsdp_plugin = plugin
+    if acc.distributed_type == DistributedType.FSDP and not acc.is_fsdp2:
+        raise SystemExit("error: FSDP1 is not supported: set fsdp_version: 2 in the accelerate config (configs/fsdp.yaml)")
+    return acc
+
+
+def is_sharded(accelerator) -> bool:
+    from accelerate.utils import DistributedType
+
+    return accelerator.distributed_type == DistributedType.FSDP
+
+
+class GatheredWeights:
+    """FSDP2: the model's parameters as full tensors (DTensor.full_tensor, a collective: every process iterates), with
+    the HF checkpoint names, for the engine's weight sync (rollout.VLLMEngine.sync_weights)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def named_parameters(self):
+        for name, p in self.model.named_parameters():
+            yield name, (p.full_tensor() if hasattr(p, "full_tensor") else p)
+
+
 def save_checkpoint(path, accelerator, model, tok, optimizer, state: dict):
-    """Written to a temporary directory and renamed: a crash never leaves half a checkpoint."""
+    """Written to a temporary directory and renamed: a crash never leaves half a checkpoint.
+
+    Under FSDP every process takes part in gathering the full weights and the full optimizer state (torch's
+    get_optimizer_state_dict, parameter names as keys), which the main process writes: the checkpoint has the same
+    files as an unsharded run's and resumes under any process count with the same sharding mode."""
+    weights = opt_state = None
+    if is_sharded(accelerator):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        weights = accelerator.get_state_dict(model)
+        opt_state = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if not accelerator.is_main_process:
         return
     tmp = path + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    accelerator.unwrap_model(model).save_pretrained(tmp)
+    unwrapped = accelerator.unwrap_model(model)
+    if weights is not None:  # a tied LM head is stored once, as in an unsharded checkpoint
+        out, inp = unwrapped.get_output_embeddings(), unwrapped.get_input_embeddings()
+        if out is not None and out.weight is inp.weight:
+            weights.pop(next(n for n, m in unwrapped.named_modules() if m is out) + ".weight", None)
+    unwrapped.save_pretrained(tmp, state_dict=weights)
     tok.save_pretrained(tmp)
     torch.save(
-        {"optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(), "py_rng": random.getstate(), **state},
+        {"optimizer": opt_state if weights is not None else optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+         "py_rng": random.getstate(), **state},
         os.path.join(tmp, "trainer_state.pt"),
     )
     shutil.rmtree(path, ignore_errors=True)
@@ -395,20 +520,22 @@ def make_sampler(cfg: Config, train_set):
 
 def setup(cfg: Config) -> Run:
     train_set, eval_set, resume_from, kind = load_inputs(cfg)
-    from accelerate import Accelerator
-
     import entropy
     import rollout
     import tiny
 
-    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    accelerator = make_accelerator(cfg)
+    sharded = is_sharded(accelerator)
+    if sharded and (cfg.dynamic_sampling or cfg.seamless):  # also when FSDP comes from an accelerate config file
+        raise SystemExit("error: FSDP cannot be combined with --dynamic-sampling / --seamless (see --fsdp)")
     if cfg.threads and not torch.cuda.is_available():
         torch.set_num_threads(cfg.threads)
-    dtype = {"auto": torch.bfloat16 if torch.cuda.is_available() else torch.float32, "float32": torch.float32,
-             "bfloat16": torch.bfloat16}[cfg.dtype]
+    dtype = torch.bfloat16 if precision(cfg) == "bfloat16" else torch.float32  # bf16-mixed: fp32 weights, bf16 autocast
     with accelerator.main_process_first():  # N processes: the tiny model is built once, by the main process
         model_path = cfg.model or tiny.get_tiny_model(verbose=accelerator.is_main_process)
     model, tok = load_model(resume_from or model_path, dtype, flag="--resume" if resume_from else "--model")
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     # Seeded after the model exists: building the tiny model (its SFT) must not shift the sampling streams, so a
     # first run that builds it and a later run that finds it cached are the same run.
     random.seed(cfg.seed)
@@ -418,7 +545,14 @@ def setup(cfg: Config) -> Run:
     model, optimizer = accelerator.prepare(model, optimizer)
     if ref_model is not None:
         ref_model = ref_model.to(accelerator.device)
-    engine = rollout.make_engine(cfg.rollout, accelerator.unwrap_model(model), tok, model_path=resume_from or model_path,
+        if precision(cfg) == "bf16-mixed":  # the policy's forward runs under Accelerate's autocast: so does the reference
+            ref_model.forward = torch.autocast(accelerator.device.type, dtype=torch.bfloat16)(ref_model.forward)
+    if sharded:  # HF generate then steps all processes until the last one is done (synced_gpus): every forward gathers
+        accelerator.unwrap_model(model)._is_fsdp_managed_module = True
+    # FSDP: FastEngine's decode loop lets finished processes stop, but every sharded forward is a collective: HF
+    # generate with synced_gpus instead
+    engine = rollout.make_engine("hf" if sharded and cfg.rollout == "fast" else cfg.rollout, accelerator.unwrap_model(model),
+                                 tok, model_path=resume_from or model_path,
                                  seed=cfg.seed, max_model_len=512 if not cfg.model else None,
                                  gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, enable_sleep=cfg.vllm_sleep)
     ent_ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max) if cfg.adaptive_entropy else None
@@ -426,7 +560,13 @@ def setup(cfg: Config) -> Run:
               ent_ctrl, train_set, eval_set, kind)
     if resume_from:
         st = torch.load(os.path.join(resume_from, "trainer_state.pt"), weights_only=False)
-        optimizer.load_state_dict(st["optimizer"])
+        if sharded:  # every process loads the full state and keeps its shards
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+            set_optimizer_state_dict(model, optimizer, optim_state_dict=st["optimizer"],
+                                     options=StateDictOptions(full_state_dict=True))
+        else:
+            optimizer.load_state_dict(st["optimizer"])
         torch.set_rng_state(st["torch_rng"]), random.setstate(st["py_rng"]), run.sampler.load_state_dict(st["sampler"])
         if ent_ctrl is not None:
             ent_ctrl.load_state_dict(st["entropy"])
@@ -438,6 +578,11 @@ def setup(cfg: Config) -> Run:
             json.dump(dataclasses.asdict(cfg), f, indent=1)
         with open(os.path.join(cfg.output_dir, "metrics.jsonl"), "w") as f:  # rewritten from the checkpoint's history
             f.writelines(json.dumps(r) + "\n" for r in run.history)
+    if cfg.report_to != "none":  # TensorBoard: OUTPUT_DIR/tensorboard (config as hparams + hparams.yml); W&B: project
+        accelerator.init_trackers("tensorboard" if cfg.report_to == "tensorboard" else "grpo-recipes",
+                                  config=dataclasses.asdict(cfg),
+                                  init_kwargs={"wandb": {"name": os.path.basename(os.path.abspath(cfg.output_dir)),
+                                                         "dir": cfg.output_dir}})
     return run
 
 
@@ -635,12 +780,12 @@ def microbatch_loss(cfg: Config, model, ref_model, batch, adv, old_logp, mask, a
     import entropy
     from rollout import tis_weights
 
-    logp, ent = response_logprobs(model, batch, cfg.temperature, with_entropy=True)  # (n, R)
+    logp, ent = response_logprobs(model, batch, cfg.temperature, with_entropy=True, chunk_size=cfg.logprob_chunk)  # (n, R)
     old = logp.detach() if old_logp is None else old_logp
     ref = None
     if ref_model is not None:
         with torch.no_grad():
-            ref = response_logprobs(ref_model, batch, cfg.temperature)[0]
+            ref = response_logprobs(ref_model, batch, cfg.temperature, chunk_size=cfg.logprob_chunk)[0]
     tis = tis_weights(old, engine_logp, mask, cfg.tis_cap) if engine_logp is not None else None
     common = dict(loss_agg="budget", budget=cfg.token_budget / world) if cfg.token_budget else dict(loss_agg=cfg.loss_agg)
     loss_fn = c3po.policy_loss if cfg.token_budget else grpo.policy_loss  # dapo's = grpo's with DAPO's arguments
@@ -679,7 +824,14 @@ def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_i
         return {"policy/updates": 0}  # Skywork: nothing survived rejection sampling anywhere: skip the update
     if engine_lp is not None and any(lp is None or len(lp) != len(r) for lp, r in zip(engine_lp, r_ids)):
         raise RuntimeError("--tis-cap: the rollout engine returned no log-probs for a response")
-    old_logp = old_logprobs(cfg, model, tok, p_ids, r_ids, device) if mu > 1 else None  # with mu == 1: logp.detach()
+    sharded = is_sharded(accelerator)
+    old_logp = None  # with mu == 1: logp.detach()
+    if mu > 1:
+        n_fwd = -(-N // cfg.micro_batch_size)
+        with torch.no_grad():
+            for _ in range(lockstep(accelerator, n_fwd) - n_fwd):
+                dummy_forward(cfg, model, tok, device)
+        old_logp = old_logprobs(cfg, model, tok, p_ids, r_ids, device)
     g = torch.Generator().manual_seed(cfg.seed * 100003 + step)
     log = UpdateLog()
     for epoch in range(cfg.epochs):
@@ -692,11 +844,13 @@ def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_i
             seqs, toks = max(counts[0].item(), 1e-9), max(counts[1].item(), 1e-9)
             # (b) the loss of each micro-batch, gradients accumulated (DDP all-reduces once, on the last)
             micro = split_micro(mb, p_ids, r_ids, cfg.micro_batch_size, cfg.micro_batch_tokens)
+            micro += [[]] * (lockstep(accelerator, len(micro)) - len(micro))  # FSDP: as many forwards everywhere
             stats = []
             for k, mc in enumerate(micro):
                 with accelerator.no_sync(model) if k < len(micro) - 1 else contextlib.nullcontext():
-                    if not mc:  # no responses here this update: a zero loss still joins DDP's gradient all-reduce
-                        accelerator.backward(sum(p.sum() for p in model.parameters()) * 0.0)
+                    if not mc:  # no responses here this update: a zero loss still joins the gradient all-reduce
+                        accelerator.backward(dummy_forward(cfg, model, tok, device) if sharded
+                                             else sum(p.sum() for p in model.parameters()) * 0.0)
                         continue
                     batch = make_batch(tok, [p_ids[i] for i in mc], [r_ids[i] for i in mc], device)
                     R = batch[3].shape[1]
@@ -724,13 +878,28 @@ def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_i
     return log.result(accelerator, optimizer, alpha)
 
 
+def lockstep(accelerator, n: int) -> int:
+    """FSDP: every forward is a collective, so all processes run the largest count of them (n elsewhere)."""
+    if not is_sharded(accelerator):
+        return n
+    return int(accelerator.reduce(torch.tensor([float(n)], device=accelerator.device), "max").item())
+
+
+def dummy_forward(cfg, model, tok, device):
+    """FSDP: a zero loss from a one-token forward, so a process with nothing left joins the others' passes."""
+    pad = tok.pad_token_id
+    return response_logprobs(model, make_batch(tok, [[pad]], [[pad]], device), cfg.temperature,
+                             chunk_size=cfg.logprob_chunk)[0].sum() * 0.0
+
+
 def old_logprobs(cfg, model, tok, p_ids, r_ids, device) -> list[torch.Tensor]:
     """log pi_old of each response's tokens, (len_i,) each: computed once before the first of mu > 1 updates."""
     out = []
     with torch.no_grad():
         for i in range(0, len(r_ids), cfg.micro_batch_size):
             j = min(len(r_ids), i + cfg.micro_batch_size)
-            lp = response_logprobs(model, make_batch(tok, p_ids[i:j], r_ids[i:j], device), cfg.temperature)[0]
+            lp = response_logprobs(model, make_batch(tok, p_ids[i:j], r_ids[i:j], device), cfg.temperature,
+                                   chunk_size=cfg.logprob_chunk)[0]
             out += [lp[k, : len(r_ids[i + k])] for k in range(lp.shape[0])]
     return out
 
@@ -798,11 +967,14 @@ def run_eval(run: Run, step: int) -> dict | None:
     """Held-out greedy accuracy (main process); completions to samples.jsonl; the row joins run.evals."""
     from evaluate import evaluate
 
-    if not run.accelerator.is_main_process:
+    if not run.accelerator.is_main_process and not is_sharded(run.accelerator):
         return None
     with torch.random.fork_rng():  # evaluation never shifts the training sampling stream
         res = evaluate(run.engine, run.tok, run.eval_set, run.reward_fn, max_new_tokens=run.cfg.max_new_tokens, n_show=8,
                        kind=run.kind)
+    if not run.accelerator.is_main_process:  # FSDP: every process ran the same greedy evaluation, in lockstep
+        return None
+    run.accelerator.log({f"eval/{k}": v for k, v in res.items() if isinstance(v, (int, float))}, step=step)
     with open(os.path.join(run.cfg.output_dir, "samples.jsonl"), "a") as f:
         f.writelines(json.dumps({"step": step, **s}, default=str) + "\n" for s in res.pop("samples"))
     row = {"step": step, **{f"eval/{k}": v for k, v in res.items()}}
@@ -872,7 +1044,7 @@ def main(argv=None):
         umetrics = update_policy(cfg, acc, model, run.ref_model, run.optimizer, tok, p_ids, r_ids, adv[sel],
                                  [batch.comps[i].truncated for i in sel], alpha, step, engine_lp)
         run.last_nll = umetrics.pop("policy/sampled_nll", run.last_nll)
-        engine.sync_weights(acc.unwrap_model(model))
+        engine.sync_weights(GatheredWeights(model) if is_sharded(acc) and cfg.rollout == "vllm" else acc.unwrap_model(model))
 
         # 6. log, evaluate, checkpoint
         row = {"step": step + 1, **step_stats(acc, batch, G, timeouts, n_gen), **extra, **umetrics}
@@ -888,6 +1060,7 @@ def main(argv=None):
         if acc.is_main_process:
             with open(os.path.join(cfg.output_dir, "metrics.jsonl"), "a") as f:
                 f.write(json.dumps(row) + "\n")
+        acc.log({k: v for k, v in row.items() if k != "step"}, step=step + 1)  # trackers (main process; --report-to)
         if done or (cfg.save_every and (step + 1) % cfg.save_every == 0):
             save_checkpoint(os.path.join(cfg.output_dir, f"checkpoint-{step + 1}"), acc, model, tok, run.optimizer,
                             {"step": step + 1, "sampler": sampler.state_dict(), "history": run.history, "evals": run.evals,
@@ -899,6 +1072,8 @@ def main(argv=None):
     if hasattr(run.reward_fn, "close"):
         run.reward_fn.close()
     finish(run, run.wall_before + time.time() - t_start)
+    for tracker in acc.trackers:  # flush and close (Accelerator.end_training would also tear down the process group)
+        tracker.finish()
     acc.wait_for_everyone()
     return run.history
 

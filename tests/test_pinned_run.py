@@ -30,18 +30,18 @@ CONFIGS = {
     "mimo-easy-pool-seamless": ["--recipe", "mimo", "--seamless"],
 }
 PINS = {  # name: (sha256 of the final weights, sha256 of the metrics without timings)
-    # Re-recorded for --micro-batch-tokens 4096 (length-sorted micro-batches: the same gradients up to rounding);
-    # with --micro-batch-tokens 0 the runs (rollout 'fast' included) gave the previous pins bit for bit.
-    "grpo-offpolicy-kl": ("b53209a089016a8e0891dfdc6e6f449b8c4ccef4b76b7c8d29e99eeca8d1c6b8",
-        "b41fe6fb6c26b4ac2a52b7c1b5c52918f152a650ed4ab94c61707adcf84ebe33"),
-    "c3po-budget-entropy": ("fe49c41978cddce3201ec1d39d0bcf777a284126ced3da0882a17d469e9202c6",
-        "dd53d19f1d1fadcf3082629d935f070c2a8569d94f568def2dbaff4434c41109"),
-    "dapo-dynamic-overlong": ("0b2a6654a3405ff2864733018ba77b7389421470ea34ae999a2ef73850aa1251",
-        "5c99e895e9d089630d5ca8c0b29ded99c279b5ebbca74c2e8d5abe4784a181c2"),
-    "skywork-stages": ("e3d3138e2595897f3c784b2643775facc0e05e94931449ecc6067654d0abe444",
-        "06cdf3d539f69d0ebf36da75d07b7bee07fb8542ded74282d2b022567b249aaf"),
-    "mimo-easy-pool-seamless": ("1e58987255e4271ca5ae6cd4dde4da568c0761743fdc2e1cf004e61373695f45",
-        "4de7cd3203dfdc658017437954ea816a04fd5cf6bc099793c578e90ddc474a96"),
+    # Re-recorded for --logprob-chunk 256 (log-probs from the LM head in chunks: the same values up to float rounding);
+    # with --logprob-chunk 0 the runs gave the previous pins (--micro-batch-tokens 4096) bit for bit.
+    "grpo-offpolicy-kl": ("5767d41c967dfdcb0939bda6be4b415db2d04d3811b49d502551de8e67642158",
+        "5023386b779dc66ae3ed8836ab243fdc9aaecf5b81e13338fa928adb24dbda0e"),
+    "c3po-budget-entropy": ("560e28181b67a77df450d67824c595361384cfb0ab062ff42425472e59e68f6f",
+        "f5992f43c654f694a75b125916288b0ff6741a85979557bda734581405473938"),
+    "dapo-dynamic-overlong": ("2a4c8da05dc41dd58e1c5217626b3492f977f73a20d2028d79042d0ea49d653c",
+        "a594d60f2c68b6e18599234c63770da490fc6880ef9cc95f5b44f8c1095a8b27"),
+    "skywork-stages": ("d4b0adf75a1022c8ccd1bf154bd9e6bcd718314ca7000c1b15e202f34f2af38d",
+        "ed3b14eb0322266e6c818afa5b3b37e8b42f3480a8e7e7aa79dd781c42b87b2b"),
+    "mimo-easy-pool-seamless": ("126c48e95690dd826b9e722586099cd25cb0967bc2faca30eceff30b68d7c945",
+        "c6ad5eb28395639413c392d54488d86da57bcb8ec5be2ffb2ae8b231ba4cfd8e"),
 }
 
 
