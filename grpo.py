@@ -25,7 +25,9 @@ Symbol table (B prompts, G samples per prompt, N = B*G responses, T response tok
 
 Where the code departs from (or chooses within) the paper:
   * std is the unbiased (N-1) sample std plus eps=1e-6, as verl and Skywork-OR1's code do; no paper says
-    which. A group whose rewards are all equal gets A = 0 on every token, never NaN. `scale_by_std=False`
+    which. A group whose rewards are all equal gets exactly A = 0 on every token, never NaN and never the
+    rounding error of R - mean(R) (in float32 a group of 0.7s gave +0.06 after dividing by std + 1e-6).
+    Mean and std are computed in float64 and the advantages returned in float32 (the loss's dtype). `scale_by_std=False`
     gives Dr. GRPO's (arXiv 2503.20783) mean-only advantage.
   * The ratio is exactly 1 on the first update of an on-policy step: old_logp is the current policy's
     log-prob, detached. The loss value is then -mean(A) (about 0) but its gradient is A * grad log pi, the
@@ -50,11 +52,13 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool 
         raise ValueError(f"group_size must be >= 2 for a group-relative baseline, got {group_size}")
     if rewards.numel() % group_size:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
-    r = rewards.float().view(-1, group_size)  # (B, G)
-    adv = r - r.mean(dim=1, keepdim=True)  # (B, G)
+    r = rewards.to(torch.float64).view(-1, group_size)  # (B, G) statistics in float64, whatever the input dtype
+    mean = r.mean(dim=1, keepdim=True)  # (B, 1)
+    same = (r == r[:, :1]).all(dim=1, keepdim=True)  # (B, 1) all-equal groups
+    adv = torch.where(same, torch.zeros_like(r), r - mean)  # exactly 0, not mean's rounding error (0.7 - mean(0.7s))
     if scale_by_std:
         adv = adv / (r.std(dim=1, unbiased=True, keepdim=True) + eps)  # all-equal group: 0 / eps = 0
-    return adv.view(-1)  # (N,)
+    return adv.to(torch.float32).view(-1)  # (N,)
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False):

@@ -571,7 +571,7 @@ def advantages(cfg: Config, batch: Round, G: int, extra: dict):
     """Group-relative advantages (a group lives on one process, so this is exact) and the responses kept."""
     import curriculum
 
-    adv = grpo.group_advantages(torch.tensor(batch.rewards), G, scale_by_std=cfg.scale_adv_by_std)  # (N,)
+    adv = grpo.group_advantages(torch.tensor(batch.rewards, dtype=torch.float64), G, scale_by_std=cfg.scale_adv_by_std)  # (N,)
     keep = torch.ones(len(batch.comps), dtype=torch.bool)
     if cfg.rejection_sampling:  # Skywork-OR1 Sec. 3.1: zero-advantage groups leave, nothing replaces them
         keep = curriculum.reject_zero_advantage(adv, G).repeat_interleave(G)
