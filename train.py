@@ -131,6 +131,9 @@ class Config:
     entropy_target: float = opt(0.2, "Skywork-OR1: target entropy (sampled-token NLL of the previous rollout)")
     entropy_delta: float = opt(1e-4, "Skywork-OR1: coefficient step Delta per training step")
     entropy_max: float = opt(5e-3, "Skywork-OR1: upper clamp of the entropy coefficient")
+    entropy_timing: str = opt("code", "Skywork-OR1: 'code' (released trainer: c updated with the previous rollout's estimate, then "
+                                      "alpha_k = c_k * 1{e_{k-1} < tgt}) or 'paper' (Eq. 3.2: alpha_k = c_k * 1{e_k <= tgt} with this "
+                                      "rollout's estimate, one extra forward pass, then c_{k+1} from e_k)")
     rejection_sampling: bool = opt(False, "Skywork-OR1: drop zero-advantage groups, no refill (the batch shrinks)")
     easy_pool_alpha: float = opt(0.0, "MiMo: all-correct prompts move to an easy pool, drawn with this probability per slot; 0 = off")
     curriculum: str = opt("", "staged training: 'skywork' (growing response length) or 'compass' (easy -> hard levels); '' = off")
@@ -168,6 +171,8 @@ class Config:
             bad("seamless", "is a scheduler for dynamic sampling: add --dynamic-sampling (or a recipe that has it)")
         if self.reward not in ("math", "math-strict", "math-dapo", "code", "code-strict", "code-soft"):
             bad("reward", f"{self.reward!r} is not one of math, math-strict, math-dapo, code, code-strict, code-soft")
+        if self.entropy_timing not in ("code", "paper"):
+            bad("entropy-timing", f"{self.entropy_timing!r} is not 'code' or 'paper'")
         if self.reward_timeout <= 0:
             bad("reward-timeout", f"must be > 0 seconds, got {self.reward_timeout}")
 
@@ -397,7 +402,8 @@ def setup(cfg: Config) -> Run:
     engine = rollout.make_engine(cfg.rollout, accelerator.unwrap_model(model), tok, model_path=resume_from or model_path,
                                  seed=cfg.seed, max_model_len=512 if not cfg.model else None,
                                  gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, enable_sleep=cfg.vllm_sleep)
-    ent_ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max) if cfg.adaptive_entropy else None
+    ent_ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max, timing=cfg.entropy_timing,
+                                       strict=cfg.entropy_timing == "code") if cfg.adaptive_entropy else None
     run = Run(cfg, accelerator, model, tok, ref_model, optimizer, engine, make_reward(cfg), make_sampler(cfg, train_set),
               ent_ctrl, train_set, eval_set, kind)
     if resume_from:
@@ -577,6 +583,36 @@ def advantages(cfg: Config, batch: Round, G: int, extra: dict):
         keep = curriculum.reject_zero_advantage(adv, G).repeat_interleave(G)
         extra["rollout/groups_kept_frac"] = keep.float().mean().item()
     return adv, keep
+
+
+def entropy_coef(run: Run, p_ids, r_ids, extra: dict) -> float:
+    """This step's entropy coefficient: Ring-lite's constant, or Skywork-OR1's adaptive alpha_k (entropy.py).
+
+    --entropy-timing code (Skywork's released trainer updates its controller after the actor update): the controller
+    is fed the previous rollout's sampled-token NLL e_{k-1}, updates c, then step k uses c_k * 1{e_{k-1} < tgt}; at
+    step 0 there is no estimate and alpha_0 = 0 (c_0 = 0). --entropy-timing paper (Eq. 3.2): e_k is this rollout's
+    NLL under pi_old, measured here by one extra forward pass over the kept responses (all processes' tokens), and
+    alpha_k = c_k * 1{e_k <= tgt} is used before c_{k+1} is computed. No kept response (rejection sampling): alpha 0,
+    the controller does not move.
+    """
+    ctrl = run.ent_ctrl
+    if ctrl is None:
+        return run.cfg.entropy_coef
+    e = rollout_nll(run, p_ids, r_ids) if run.cfg.entropy_timing == "paper" else run.last_nll
+    if e is None:
+        extra["policy/entropy_coef"] = 0.0
+        return 0.0
+    alpha = ctrl.step(e)
+    extra.update(ctrl.metrics())
+    return alpha
+
+
+def rollout_nll(run: Run, p_ids, r_ids) -> float | None:
+    """-mean log pi_old over the response tokens of every process's kept responses (Skywork's entropy estimate)."""
+    lps = old_logprobs(run.cfg, run.model, run.tok, p_ids, r_ids, run.accelerator.device) if r_ids else []
+    t = torch.tensor([-sum(lp.sum().item() for lp in lps), float(sum(len(lp) for lp in lps))], dtype=torch.float64)
+    s = run.accelerator.reduce(t.to(run.accelerator.device), "sum").tolist()
+    return s[0] / s[1] if s[1] else None
 
 
 def tokens_that_count(cfg: Config, mb: list[int], r_ids, truncated, world: int):
@@ -833,15 +869,12 @@ def main(argv=None):
 
         # 4. group-relative advantages (Skywork's rejection sampling drops zero-advantage groups)
         adv, keep = advantages(cfg, batch, G, extra)
-        alpha = cfg.entropy_coef
-        if run.ent_ctrl is not None:  # Skywork-OR1 Eq. 3.2 with its code's timing: e is the previous rollout's NLL
-            alpha = run.ent_ctrl.step(run.last_nll) if run.last_nll is not None else 0.0
-            extra.update(run.ent_ctrl.metrics() if run.last_nll is not None else {"policy/entropy_coef": 0.0})
-
-        # 5. mu optimizer updates over mini-batches of the rollout batch
         sel = keep.nonzero().flatten().tolist()
         p_ids = [tok(batch.prompts[i // G], add_special_tokens=False)["input_ids"] for i in sel]
         r_ids = [batch.comps[i].token_ids for i in sel]
+        alpha = entropy_coef(run, p_ids, r_ids, extra)  # Ring-lite's constant or Skywork-OR1's alpha_k
+
+        # 5. mu optimizer updates over mini-batches of the rollout batch
         engine_lp = [batch.comps[i].logprobs for i in sel] if cfg.tis_cap else None
         if cfg.vllm_sleep and hasattr(engine, "sleep"):  # colocated on one GPU: give training the KV-cache memory
             engine.sleep()  # sync_weights / generate wake it up again

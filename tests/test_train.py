@@ -131,3 +131,46 @@ def test_code_reward_path_runs(tiny_model_path, tmp_path):
                "--max-steps", "2", "--eval-problems", "4")
     assert len(hist) == 2 and all(r["reward/mean"] == 0.0 for r in hist)
     assert json.load(open(tmp_path / "code" / "summary.json"))["eval_problems"] == 4
+
+
+# Skywork-OR1's controller as train.py wires it, against hand-computed traces (target 0.2, Delta 1e-3, clamp [0, 5e-3]).
+# Rollout NLLs e_0..e_4 = 0.3, 0.1, 0.1, 0.25, 0.1.
+#   code timing (released trainer, update after the actor step): step k feeds e_{k-1}, updates c, uses c * 1{e_{k-1} < tgt}
+#     step 0: no estimate -> 0;  1: e=.3, c=0 (clamped) -> 0;  2: e=.1, c=1e-3 -> 1e-3;  3: e=.1, c=2e-3 -> 2e-3;
+#     4: e=.25, c=1e-3, off -> 0
+#   paper timing (Eq. 3.2): step k uses c_k * 1{e_k <= tgt}, then c_{k+1} from e_k
+#     0: c=0 -> 0 (c -> 0);  1: c=0 -> 0 (c -> 1e-3);  2: 1e-3 (c -> 2e-3);  3: e=.25 off -> 0 (c -> 1e-3);  4: 1e-3
+NLLS = [0.3, 0.1, 0.1, 0.25, 0.1]
+TRACE = {"code": [0.0, 0.0, 1e-3, 2e-3, 0.0], "paper": [0.0, 0.0, 1e-3, 0.0, 1e-3]}
+
+
+@pytest.mark.parametrize("timing", ["code", "paper"])
+def test_entropy_coefficient_wiring_follows_hand_trace(timing, monkeypatch):
+    import types
+
+    import entropy
+
+    cfg = train.parse_config(["--recipe", "skywork", "--entropy-delta", "1e-3", "--entropy-timing", timing])
+    ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max, timing=cfg.entropy_timing,
+                                   strict=cfg.entropy_timing == "code")
+    run_ = types.SimpleNamespace(cfg=cfg, ent_ctrl=ctrl, last_nll=None)
+    k = [0]
+    monkeypatch.setattr(train, "rollout_nll", lambda run, p, r: NLLS[k[0]])  # paper timing: this rollout's NLL
+    got = []
+    for k[0] in range(len(NLLS)):
+        got.append(train.entropy_coef(run_, [], [], {}))
+        run_.last_nll = NLLS[k[0]]  # what step 5 leaves for the next step (code timing)
+    assert got == pytest.approx(TRACE[timing], abs=1e-12)
+
+
+def test_entropy_timings_feed_previous_vs_current_rollout(trained_model_path, tmp_path):
+    # target 100: the bonus is always on and c ramps by Delta per step in both timings, so the two runs are the same
+    # run; the estimate logged at step k must be rollout k-1's NLL (code) or rollout k's own (paper)
+    rows = {t: run(trained_model_path, tmp_path / t, "--recipe", "skywork", "--max-steps", "3", "--entropy-target", "100",
+                   "--entropy-delta", "1e-3", "--entropy-timing", t, "--no-rejection-sampling") for t in ("code", "paper")}
+    assert [r["policy/entropy_coef"] for r in rows["code"]] == pytest.approx([0.0, 1e-3, 2e-3])
+    assert [r["policy/entropy_coef"] for r in rows["paper"]] == pytest.approx([0.0, 1e-3, 2e-3])
+    assert "policy/entropy_estimate" not in rows["code"][0]
+    for k in (1, 2):
+        assert rows["code"][k]["policy/entropy_estimate"] == pytest.approx(rows["paper"][k - 1]["policy/entropy_estimate"], rel=1e-5)
+    assert rows["paper"][0]["policy/entropy_estimate"] > 0
