@@ -59,11 +59,13 @@ RECIPES = {
         token_budget=4096, kl_coef=1e-3, entropy_coef=5e-4),
     "skywork": dict(  # Skywork-OR1 MAGIC Sec. 3: token-mean, no KL, adaptive entropy, rejection sampling, stages;
         # its verifier's format rule (Sec. 7.1): the last \boxed{} or nothing
-        reward="math-strict", loss_agg="token-mean", adaptive_entropy=True, rejection_sampling=True, curriculum="skywork"),
+        reward="math-strict", loss_agg="token-mean", adaptive_entropy=True, rejection_sampling=True, curriculum="skywork",
+        online_filter=True),  # Sec. 3.1: at each stage start, drop prompts solved perfectly in the previous stage
     "mimo": dict(  # MiMo Sec. 3.3: DAPO-style loss, dynamic sampling, easy-data resampling alpha = 0.1
         clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, easy_pool_alpha=0.1),
     "compass": dict(  # Compass-Thinker Sec. 3-4: +-1 reward, DAPO-style loss, dynamic sampling, easy -> hard stages
         wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, curriculum="compass"),
+    # (no online filter: Compass-Thinker does not drop solved prompts between stages; that is Skywork-OR1's)
 }
 
 
@@ -137,6 +139,8 @@ class Config:
     rejection_sampling: bool = opt(False, "Skywork-OR1: drop zero-advantage groups, no refill (the batch shrinks)")
     easy_pool_alpha: float = opt(0.0, "MiMo: all-correct prompts move to an easy pool, drawn with this probability per slot; 0 = off")
     curriculum: str = opt("", "staged training: 'skywork' (growing response length) or 'compass' (easy -> hard levels); '' = off")
+    online_filter: bool = opt(False, "Skywork-OR1: with --curriculum, drop at each stage start the prompts whose last group in "
+                                     "the previous stage was all correct (the skywork recipe turns it on; Compass-Thinker has none)")
     reward: str = opt("math", "reward: 'math' (the final answer wherever a careful grader looks, math-verify equivalence), "
                                "'math-strict' (last \\boxed{} only: Skywork-OR1's format rule), 'math-dapo' (DAPO's 'Answer:' line "
                                "and prompt), or code modes 'code' (all tests pass), 'code-strict', 'code-soft' (MiMo); see reward.py")
@@ -163,6 +167,8 @@ class Config:
             bad("curriculum", f"{self.curriculum!r} is not 'skywork', 'compass' or ''")
         if self.curriculum and self.easy_pool_alpha:
             bad("curriculum", "cannot be combined with --easy-pool-alpha (both choose the prompts)")
+        if self.online_filter and not self.curriculum:
+            bad("online-filter", "acts at curriculum stage starts: add --curriculum (or a recipe that has one)")
         if self.tis_cap < 0 or (self.tis_cap and self.tis_cap < 1):
             bad("tis-cap", f"must be 0 (off) or >= 1, got {self.tis_cap}")
         if self.tis_cap and self.rollout != "vllm":
@@ -368,7 +374,7 @@ def make_sampler(cfg: Config, train_set):
         mk = curriculum.skywork_stages if cfg.curriculum == "skywork" else curriculum.compass_stages
         base = cfg.max_new_tokens // 2 if cfg.curriculum == "skywork" else cfg.max_new_tokens
         stages = mk(cfg.max_steps, base, batch_size=cfg.batch_size // cfg.group_size, group_size=cfg.group_size)
-        return curriculum.Curriculum(stages, [ex.level for ex in train_set], seed=cfg.seed)
+        return curriculum.Curriculum(stages, [ex.level for ex in train_set], seed=cfg.seed, online_filter=cfg.online_filter)
     if cfg.easy_pool_alpha > 0:
         return resample.EasyPool(len(train_set), alpha=cfg.easy_pool_alpha, seed=cfg.seed)
     return PromptSampler(len(train_set), cfg.seed)
