@@ -49,11 +49,13 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool 
         raise ValueError(f"group_size must be >= 2 for a group-relative baseline, got {group_size}")
     if rewards.numel() % group_size:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
-    r = rewards.float().view(-1, group_size)  # (B, G)
-    adv = r - r.mean(dim=1, keepdim=True)  # (B, G)
+    r = rewards.to(torch.float64).view(-1, group_size)  # (B, G) statistics in float64, whatever the input dtype
+    mean = r.mean(dim=1, keepdim=True)  # (B, 1)
+    same = (r == r[:, :1]).all(dim=1, keepdim=True)  # (B, 1) all-equal groups
+    adv = torch.where(same, torch.zeros_like(r), r - mean)  # exactly 0, not mean's rounding error (0.7 - mean(0.7s))
     if scale_by_std:
         adv = adv / (r.std(dim=1, unbiased=True, keepdim=True) + eps)  # all-equal group: 0 / eps = 0
-    return adv.view(-1)  # (N,)
+    return adv.to(torch.float32).view(-1)  # (N,)
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False):
@@ -174,7 +176,9 @@ class DynamicSampler:
             sampler.add(groups, correct)                   # raises after max_gen_rounds rounds still short
         kept = sampler.take()                              # the first target_groups, in generation order
 
-    max_gen_rounds <= 0 means unlimited (verl `max_num_gen_batches`, 10 in the DAPO recipe).
+    max_gen_rounds <= 0 means unlimited (verl `max_num_gen_batches`, 10 in the DAPO recipe). Each round draws
+    gen_batch_factor x target_groups prompts (train.py --gen-batch-factor; verl's DAPO recipe: gen_batch_size =
+    3 x train_batch_size), so a round usually fills the batch on its own and the surplus is discarded.
     """
 
     def __init__(self, target_groups: int, group_size: int, max_gen_rounds: int = 10):

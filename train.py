@@ -54,7 +54,8 @@ def opt(default, help):
 RECIPES = {
     "grpo": {},  # DeepSeekMath GRPO without KL (add --kl-coef 0.04 for the original)
     "dapo": dict(  # DAPO Sec. 3, Alg. 1
-        wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, overlong_buffer=16),
+        wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, overlong_buffer=16,
+        gen_batch_factor=3),  # verl recipe/dapo: gen_batch_size 1536 = 3 x train_batch_size 512, up to 10 rounds
     "c3po": dict(  # Ring-lite Sec. 3.2, 4.1: token budget, KL 1e-3, entropy bonus 5e-4, 1/0 reward
         token_budget=4096, kl_coef=1e-3, entropy_coef=5e-4),
     "skywork": dict(  # Skywork-OR1 MAGIC Sec. 3: token-mean, no KL, adaptive entropy, rejection sampling, stages;
@@ -123,6 +124,8 @@ class Config:
     recipe: str = opt("grpo", "preset of a paper's settings: " + ", ".join(RECIPES) + " (see RECIPES in train.py and the README)")
     dynamic_sampling: bool = opt(False, "DAPO: keep only groups with mixed correctness, regenerating until the batch is full")
     max_gen_rounds: int = opt(10, "DAPO: cap on generation rounds per step under dynamic sampling (<= 0: no cap)")
+    gen_batch_factor: int = opt(1, "DAPO: prompts drawn per dynamic-sampling round, as a multiple of the step's prompts "
+                                   "(verl's DAPO recipe: gen_batch_size = 3 x train_batch_size; the dapo recipe sets 3)")
     seamless: bool = opt(False, "MiMo: seamless rollout for --dynamic-sampling (seamless.py): launches sized by the pass-rate estimate (continuous batching with --rollout vllm, waves with hf), scoring overlapped with generation, FIFO early termination; with N processes each collects its share of the batch")
     seamless_max_wave: int = opt(0, "MiMo seamless rollout: cap on prompts per wave (0 = half the step's prompts)")
     overlong_buffer: int = opt(0, "DAPO: L_cache of the soft overlong punishment (Eq. 13; L_max = --max-new-tokens); 0 = off")
@@ -173,6 +176,8 @@ class Config:
             bad("tis-cap", f"must be 0 (off) or >= 1, got {self.tis_cap}")
         if self.tis_cap and self.rollout != "vllm":
             bad("tis-cap", "needs the sampling log-probs of --rollout vllm (the HF engine samples from the trainer's own model)")
+        if self.gen_batch_factor < 1:
+            bad("gen-batch-factor", f"must be >= 1, got {self.gen_batch_factor}")
         if self.seamless and not self.dynamic_sampling:
             bad("seamless", "is a scheduler for dynamic sampling: add --dynamic-sampling (or a recipe that has it)")
         if self.reward not in ("math", "math-strict", "math-dapo", "code", "code-strict", "code-soft"):
@@ -452,8 +457,8 @@ class Round:
 class Collector:
     """Steps 1-3 of a training step on this process: draw prompts, generate G completions each, score them.
 
-    Plain: one round of B prompts. Dynamic sampling (DAPO Alg. 1, dapo.py): rounds until B groups of mixed
-    correctness are kept (the first in generation order; the surplus is discarded). Seamless (MiMo Sec. 3.4.1,
+    Plain: one round of B prompts. Dynamic sampling (DAPO Alg. 1, dapo.py): rounds of
+    --gen-batch-factor x B prompts until B groups of mixed correctness are kept (the first in generation order; the surplus is discarded). Seamless (MiMo Sec. 3.4.1,
     seamless.py): the same groups, launched as the pass-rate estimate says, scored while others generate.
     With N processes every process draws the same global prompt list (the samplers stay in lockstep) and keeps
     its share of whole groups. `observed` collects every generated group's pass rate, before any filter: MiMo's
@@ -521,10 +526,11 @@ class Collector:
         ds = dapo.DynamicSampler(n_prompts // self.world, G, self.cfg.max_gen_rounds)
         n_gen, timeouts = 0, 0
         while True:
+            n_draw = n_prompts * self.cfg.gen_batch_factor  # verl gen_batch_size (DAPO recipe: 3 x the train batch)
             if ds.full:  # another process is still short: draw (and skip) its round to keep samplers in lockstep
-                self.take_prompts(step, n_prompts)
+                self.take_prompts(step, n_draw)
             else:
-                rnd, to = self.round(step, n_prompts, G, sp)
+                rnd, to = self.round(step, n_draw, G, sp)
                 ds.add(rnd.groups(), torch.tensor(rnd.correct))  # raises after --max-gen-rounds
                 n_gen, timeouts = n_gen + len(rnd.comps), timeouts + to
             if not self.acc.reduce(torch.tensor([0.0 if ds.full else 1.0], device=self.acc.device), "sum").item():

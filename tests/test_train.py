@@ -66,6 +66,8 @@ def test_every_recipe_runs_two_steps(trained_model_path, tmp_path, recipe):
         assert cfg[k] == v, (recipe, k)
     if cfg["dynamic_sampling"]:
         assert all(r["rollout/frac_zero_std"] == 0.0 for r in hist)  # no zero-std group reaches the update
+    if recipe == "dapo":  # each round draws 3 x the step's 4 prompts (verl gen_batch_size), G = 4 each
+        assert all(r["rollout/generated"] == r["rollout/gen_rounds"] * 3 * 16 for r in hist)
     if recipe == "compass":  # stages switch at step 1 of 2; Compass-Thinker drops no solved prompts (Skywork's filter)
         assert not cfg["online_filter"] and hist[-1]["data/stage"] > 0 and hist[-1]["data/dropped_total"] == 0
     if recipe == "mimo":  # all-correct groups, dropped by dynamic sampling, still reach the easy pool
