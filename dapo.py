@@ -27,7 +27,9 @@ Where the papers are silent or disagree, and what this file chooses:
     micro-batches (and processes) and passes that as num_tokens; under DDP, whose all-reduce averages gradients over
     W processes, pass total / W. The per-micro-batch default is exact only when one micro-batch is the mini-batch.
   * Dynamic sampling filters on correctness (verl `filter_groups.metric=acc`): a group that is all wrong but differs
-    only in overlong penalty has shaped-reward std > 0 yet is dropped. Groups of one sample are kept (as verl).
+    only in overlong penalty has shaped-reward std > 0 yet is dropped. With partial-credit rewards (MiMo's code
+    rewards) the filter compares the verifier's scores instead (verl `metric=score`, before any overlong shaping),
+    so a group with different partial scores and no full pass is kept; train.py --filter-metric picks it. Groups of one sample are kept (as verl).
     Kept groups accumulate over generation rounds; the FIRST target_groups in generation order are used and the
     surplus is discarded, not carried to the next step (verl `batch[:train_batch_size*n]`). Advantages are computed
     after filtering, on kept groups only (they are per-group anyway, so the order does not change them).
@@ -158,9 +160,10 @@ def filter_groups(correct, group_size: int) -> torch.Tensor:
     """Keep mask (B,) of groups whose correctness is not all-equal: 0 < #correct < G (Eq. 11).
 
     correct: list[bool] or tensor (N,) of consecutive groups. Pass correctness, not the shaped reward (verl
-    `metric=acc`): the overlong penalty must not rescue an all-wrong group. A group of one sample is kept (verl).
+    `metric=acc`): the overlong penalty must not rescue an all-wrong group. With partial-credit rewards pass the
+    unshaped scores (verl `metric=score`): any two different values keep the group. A group of one sample is kept.
     """
-    c = torch.as_tensor(correct).float()  # (N,)
+    c = torch.as_tensor(correct).double()  # (N,)
     if c.numel() % group_size:
         raise ValueError(f"{c.numel()} correctness flags do not split into groups of {group_size}")
     c = c.view(-1, group_size)  # (B, G)

@@ -122,8 +122,11 @@ class Config:
                           "and an OpenMP pool sharing its cores with other work ran 30x slower here (measured)")
     # --- recipe: each paper's techniques (train.py --recipe NAME sets them; any flag given still wins) ---
     recipe: str = opt("grpo", "preset of a paper's settings: " + ", ".join(RECIPES) + " (see RECIPES in train.py and the README)")
-    dynamic_sampling: bool = opt(False, "DAPO: keep only groups with mixed correctness, regenerating until the batch is full")
+    dynamic_sampling: bool = opt(False, "DAPO: keep only groups with mixed correctness (or scores: --filter-metric), regenerating until the batch is full")
     max_gen_rounds: int = opt(10, "DAPO: cap on generation rounds per step under dynamic sampling (<= 0: no cap)")
+    filter_metric: str = opt("auto", "what dynamic sampling / the seamless scheduler call a mixed group (verl filter_groups.metric): "
+                                     "'acc' (correctness differs), 'score' (the verifier's unshaped reward differs: partial credit), "
+                                     "'auto' = score for --reward code-strict / code-soft (MiMo's partial-credit rewards), else acc")
     gen_batch_factor: int = opt(1, "DAPO: prompts drawn per dynamic-sampling round, as a multiple of the step's prompts "
                                    "(verl's DAPO recipe: gen_batch_size = 3 x train_batch_size; the dapo recipe sets 3)")
     seamless: bool = opt(False, "MiMo: seamless rollout for --dynamic-sampling (seamless.py): launches sized by the pass-rate estimate (continuous batching with --rollout vllm, waves with hf), scoring overlapped with generation, FIFO early termination; with N processes each collects its share of the batch")
@@ -176,6 +179,10 @@ class Config:
             bad("tis-cap", f"must be 0 (off) or >= 1, got {self.tis_cap}")
         if self.tis_cap and self.rollout != "vllm":
             bad("tis-cap", "needs the sampling log-probs of --rollout vllm (the HF engine samples from the trainer's own model)")
+        if self.filter_metric not in ("auto", "acc", "score"):
+            bad("filter-metric", f"{self.filter_metric!r} is not 'auto', 'acc' or 'score'")
+        if self.filter_metric == "auto":  # resolved here, so config.json records what the run used
+            self.filter_metric = "score" if self.reward in ("code-strict", "code-soft") else "acc"
         if self.gen_batch_factor < 1:
             bad("gen-batch-factor", f"must be >= 1, got {self.gen_batch_factor}")
         if self.seamless and not self.dynamic_sampling:
@@ -440,8 +447,9 @@ def setup(cfg: Config) -> Run:
 class Round:
     """One generation round on this process: prompts, their G completions each, rewards and correctness."""
 
-    def __init__(self, idx, exs, prompts, comps, rewards, correct, G):
+    def __init__(self, idx, exs, prompts, comps, rewards, correct, G, filt=None):
         self.idx, self.exs, self.prompts, self.comps, self.rewards, self.correct, self.G = idx, exs, prompts, comps, rewards, correct, G
+        self.filt = filt  # what dynamic sampling compares: correct (--filter-metric acc) or the unshaped rewards (score)
 
     def groups(self):  # one item per prompt, for dapo.DynamicSampler
         G = self.G
@@ -457,9 +465,10 @@ class Round:
 class Collector:
     """Steps 1-3 of a training step on this process: draw prompts, generate G completions each, score them.
 
-    Plain: one round of B prompts. Dynamic sampling (DAPO Alg. 1, dapo.py): rounds of
-    --gen-batch-factor x B prompts until B groups of mixed correctness are kept (the first in generation order; the surplus is discarded). Seamless (MiMo Sec. 3.4.1,
-    seamless.py): the same groups, launched as the pass-rate estimate says, scored while others generate.
+    Plain: one round of B prompts. Dynamic sampling (DAPO Alg. 1, dapo.py): rounds of --gen-batch-factor x B prompts
+    until B mixed groups are kept (the first in generation order; the surplus is discarded); mixed = correctness
+    differs (--filter-metric acc) or the verifier's partial scores differ (score, the code-strict/soft default).
+    Seamless (MiMo Sec. 3.4.1, seamless.py): the same groups, launched as the pass-rate estimate says, scored while others generate.
     With N processes every process draws the same global prompt list (the samplers stay in lockstep) and keeps
     its share of whole groups. `observed` collects every generated group's pass rate, before any filter: MiMo's
     easy pool and the curriculum's online filter need the all-correct groups that dynamic sampling drops.
@@ -475,7 +484,8 @@ class Collector:
 
             self.seamless = seamless.SeamlessRollout(  # streaming with --rollout vllm (continuous batching), else waves
                 run.engine, run.reward_fn, self.cfg.group_size,
-                max_wave=max(4, self.cfg.seamless_max_wave or self.cfg.batch_size // self.cfg.group_size // 2))
+                max_wave=max(4, self.cfg.seamless_max_wave or self.cfg.batch_size // self.cfg.group_size // 2),
+                filter_metric=self.cfg.filter_metric)
 
     def take_prompts(self, step, n_global, strided=False):
         """This process's slice of the global draw: a contiguous block of whole groups, or (strided) every world-th
@@ -505,7 +515,8 @@ class Collector:
         comps = [c for g in run.engine.generate(prompts, G, sp) for c in g]  # (N,) prompt-major
         rewards, correct, rm = run.reward_fn([c.text for c in comps], [ex.answer for ex in exs for _ in range(G)])
         self.observed.extend(zip(idx, torch.tensor(correct, dtype=torch.float).view(-1, G).mean(1).tolist()))
-        return Round(idx, exs, prompts, comps, self.shape(comps, rewards, sp), correct, G), rm["reward/timeouts"]
+        filt = correct if self.cfg.filter_metric == "acc" else rewards
+        return Round(idx, exs, prompts, comps, self.shape(comps, rewards, sp), correct, G, filt), rm["reward/timeouts"]
 
     def collect(self, step, n_prompts, G, sp):
         """The step's batch on this process: (Round, reward timeouts, responses generated, technique metrics)."""
@@ -531,7 +542,7 @@ class Collector:
                 self.take_prompts(step, n_draw)
             else:
                 rnd, to = self.round(step, n_draw, G, sp)
-                ds.add(rnd.groups(), torch.tensor(rnd.correct))  # raises after --max-gen-rounds
+                ds.add(rnd.groups(), torch.tensor(rnd.filt, dtype=torch.float64))  # raises after --max-gen-rounds
                 n_gen, timeouts = n_gen + len(rnd.comps), timeouts + to
             if not self.acc.reduce(torch.tensor([0.0 if ds.full else 1.0], device=self.acc.device), "sum").item():
                 break
@@ -591,7 +602,8 @@ def advantages(cfg: Config, batch: Round, G: int, extra: dict):
 
     adv = grpo.group_advantages(torch.tensor(batch.rewards, dtype=torch.float64), G, scale_by_std=cfg.scale_adv_by_std)  # (N,)
     keep = torch.ones(len(batch.comps), dtype=torch.bool)
-    if cfg.rejection_sampling:  # Skywork-OR1 Sec. 3.1: zero-advantage groups leave, nothing replaces them
+    if cfg.rejection_sampling:  # Skywork-OR1 Sec. 3.1: zero-advantage groups leave, nothing replaces them (on the
+        # rewards, so partial-credit groups with different scores stay whatever --filter-metric says)
         keep = curriculum.reject_zero_advantage(adv, G).repeat_interleave(G)
         extra["rollout/groups_kept_frac"] = keep.float().mean().item()
     return adv, keep

@@ -178,3 +178,24 @@ def test_entropy_timings_feed_previous_vs_current_rollout(trained_model_path, tm
     for k in (1, 2):
         assert rows["code"][k]["policy/entropy_estimate"] == pytest.approx(rows["paper"][k - 1]["policy/entropy_estimate"], rel=1e-5)
     assert rows["paper"][0]["policy/entropy_estimate"] > 0
+
+
+@pytest.mark.parametrize("reward,metric", [("math", "acc"), ("math-strict", "acc"), ("code", "acc"),
+                                           ("code-strict", "score"), ("code-soft", "score")])
+def test_filter_metric_default_follows_the_reward(reward, metric):
+    assert train.parse_config(["--reward", reward]).filter_metric == metric
+    assert train.parse_config(["--reward", reward, "--filter-metric", "acc"]).filter_metric == "acc"
+
+
+def test_partial_credit_groups_are_kept_by_dynamic_sampling(trained_model_path, tmp_path, monkeypatch):
+    # a verifier that never says "correct" but gives partial credit that differs within a group (as code-strict /
+    # code-soft do for a program passing some tests): the acc filter can keep nothing, the score filter keeps them
+    def partial(texts, golds):
+        return [0.5 * (len(t) % 2) for t in texts], [False] * len(texts), {"reward/timeouts": 0}
+
+    monkeypatch.setattr(train, "make_reward", lambda cfg: partial)
+    hist = run(trained_model_path, tmp_path / "score", "--dynamic-sampling", "--filter-metric", "score", "--max-steps", "1")
+    assert hist[0]["rollout/accuracy"] == 0.0 and hist[0]["rollout/frac_zero_std"] == 0.0 and hist[0]["reward/std"] > 0
+    with pytest.raises(RuntimeError, match="mixed correctness"):
+        run(trained_model_path, tmp_path / "acc", "--dynamic-sampling", "--filter-metric", "acc", "--max-steps", "1",
+            "--max-gen-rounds", "2")
