@@ -34,7 +34,10 @@ Where the code departs from (or chooses within) the paper:
     REINFORCE gradient; clipping can only bite on the 2nd..mu-th update of a rollout (tests/test_grpo.py).
   * Loss aggregation is named for what it computes (`LOSS_AGG`): GRPO is `seq-mean-token-mean`
     (1/G sum_i 1/|o_i| sum_t). Its denominators can be passed in (`num_seqs`, `num_tokens`) so that a
-    mini-batch split into micro-batches, or across processes, is normalised once, globally.
+    mini-batch split into micro-batches, or across processes, is normalised once, globally. The sequence mean is
+    over responses with at least one token in the loss: a response whose tokens are all masked (DAPO's overlong
+    filter, C3PO's budget) is left out of the numerator and the denominator, as verl's agg_loss does; TRL divides
+    by all rows (the masked ones count as zero loss, scaling the others' gradient down).
   * KL uses the k3 estimator in the loss (not in the reward), as DeepSeekMath Eq. 4.
   * Log-probs and entropy are computed from logits / temperature (Skywork-OR1's dp_actor does this), so
     they are the log-probs of the distribution the engine actually sampled from.
@@ -106,6 +109,8 @@ def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: f
     token-mean           1/num_tokens * sum_i sum_t m_it l_it                 DAPO Eq. 12 (mini-batch token mean)
     seq-mean-token-sum   1/num_seqs  * sum_i sum_t m_it l_it                  Dr. GRPO-style (no length normaliser)
     num_seqs / num_tokens default to this tensor's own counts; pass the mini-batch totals when it is a micro-batch.
+    num_seqs counts the NON-EMPTY rows: a fully masked row (DAPO's overlong filter, C3PO's budget) leaves the loss and
+    the mean, as verl's agg_loss does (seq_mask); TRL divides by all rows, which shrinks the others' gradient.
     """
     mask = mask.to(loss_tok.dtype)
     if mode == "token-mean":
@@ -116,7 +121,7 @@ def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: f
         per_seq = per_seq / mask.sum(-1).clamp(min=1)
     elif mode != "seq-mean-token-sum":
         raise ValueError(f"unknown loss aggregation {mode!r}; expected one of {LOSS_AGG}")
-    denom = num_seqs if num_seqs is not None else loss_tok.shape[0]
+    denom = num_seqs if num_seqs is not None else (mask.sum(-1) > 0).sum().clamp(min=1)  # non-empty rows (verl)
     return per_seq.sum() / denom
 
 

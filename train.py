@@ -724,7 +724,8 @@ def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_i
             # (a) the tokens that count, and the mini-batch's global normalisers
             n_tok, kept, budget_metrics = tokens_that_count(cfg, mb, r_ids, truncated, world)
             log.extra = budget_metrics if mb else log.extra
-            counts = accelerator.reduce(torch.tensor([float(len(mb)), float(sum(n_tok))], device=device), "sum").cpu() / world
+            n_seq = float(sum(n > 0 for n in n_tok))  # responses with a token in the loss (verl; grpo.aggregate)
+            counts = accelerator.reduce(torch.tensor([n_seq, float(sum(n_tok))], device=device), "sum").cpu() / world
             seqs, toks = max(counts[0].item(), 1e-9), max(counts[1].item(), 1e-9)
             # (b) the loss of each micro-batch, gradients accumulated (DDP all-reduces once, on the last)
             micro = [mb[c : c + cfg.micro_batch_size] for c in range(0, len(mb), cfg.micro_batch_size)] or [[]]

@@ -119,6 +119,22 @@ def test_aggregation_modes_hand():
         grpo.aggregate(loss, mask, "nope")
 
 
+@pytest.mark.parametrize("mode", ["seq-mean-token-mean", "seq-mean-token-sum"])
+def test_fully_masked_rows_leave_the_sequence_mean(mode):
+    # row 1 is fully masked (overlong filter): the mean is over rows 0 and 2 (verl), not over 3 rows (TRL)
+    import c3po
+    import dapo
+    import entropy
+
+    loss = torch.tensor([[1.0, 3.0, 0.0], [5.0, 5.0, 5.0], [2.0, 2.0, 2.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 1, 1]])
+    want = {"seq-mean-token-mean": (2.0 + 2.0) / 2, "seq-mean-token-sum": (4.0 + 6.0) / 2}[mode]
+    for agg in (grpo.aggregate, dapo.aggregate, entropy.aggregate, c3po.aggregate):
+        assert agg(loss, mask, mode).item() == want
+        assert agg(loss, mask, mode).item() == agg(loss[[0, 2]], mask[[0, 2]], mode).item()  # = dropping the row
+        assert agg(loss, torch.zeros_like(mask), mode).item() == 0.0  # nothing in the loss: 0, not NaN
+
+
 def test_ratio_one_gradient_equals_reinforce():
     """On the first on-policy update old_logp = logp.detach(): the clipped loss's gradient is the REINFORCE one."""
     torch.manual_seed(0)
