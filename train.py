@@ -55,18 +55,22 @@ RECIPES = {
     "grpo": {},  # DeepSeekMath GRPO without KL (add --kl-coef 0.04 for the original)
     "dapo": dict(  # DAPO Sec. 3, Alg. 1
         wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, overlong_buffer=16,
-        gen_batch_factor=3),  # verl recipe/dapo: gen_batch_size 1536 = 3 x train_batch_size 512, up to 10 rounds
+        gen_batch_factor=3,  # verl recipe/dapo: gen_batch_size 1536 = 3 x train_batch_size 512, up to 10 rounds
+        eval_temperature=1.0, eval_top_p=0.7),  # Sec. 4.1: avg@32 at T = 1.0, top-p 0.7
     "c3po": dict(  # Ring-lite Sec. 3.2, 4.1: token budget, KL 1e-3, entropy bonus 5e-4, 1/0 reward
-        token_budget=4096, kl_coef=1e-3, entropy_coef=5e-4),
+        token_budget=4096, kl_coef=1e-3, entropy_coef=5e-4, eval_temperature=1.0, eval_top_p=0.95),  # Table 1: T 1.0, top-p 0.95
     "skywork": dict(  # Skywork-OR1 MAGIC Sec. 3: token-mean, no KL, adaptive entropy, rejection sampling, stages;
         # its verifier's format rule (Sec. 7.1): the last \boxed{} or nothing
         reward="math-strict", loss_agg="token-mean", adaptive_entropy=True, rejection_sampling=True, curriculum="skywork",
-        online_filter=True),  # Sec. 3.1: at each stage start, drop prompts solved perfectly in the previous stage
+        online_filter=True,  # Sec. 3.1: at each stage start, drop prompts solved perfectly in the previous stage
+        eval_temperature=1.0, eval_top_p=1.0),  # Table 13: avg@32 (AIME) at T = 1, top-p 1
     "mimo": dict(  # MiMo Sec. 3.3: DAPO-style loss, dynamic sampling, easy-data resampling alpha = 0.1
-        clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, easy_pool_alpha=0.1),
+        clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, easy_pool_alpha=0.1,
+        eval_temperature=0.6, eval_top_p=0.95),  # Tables 4-6: T 0.6, top-p 0.95
     "compass": dict(  # Compass-Thinker Sec. 3-4: +-1 reward, DAPO-style loss, dynamic sampling, easy -> hard stages
         wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, curriculum="compass"),
     # (no online filter: Compass-Thinker does not drop solved prompts between stages; that is Skywork-OR1's)
+    # evaluation: Sec. 4.3 gives no decoding settings [unspecified]: the training T = 1.0, top-p 1.0 (the defaults)
 }
 
 
@@ -84,6 +88,10 @@ class Config:
     resume: str = opt("", "checkpoint directory to resume from, or 'auto' for the latest one in --output-dir")
     eval_every: int = opt(20, "evaluate on held-out data every N steps (0 = only before and after)")
     eval_problems: int = opt(400, "number of held-out problems for greedy accuracy")
+    eval_samples: int = opt(4, "k: sampled completions per held-out problem for avg@k and pass@k, at the first and the final "
+                               "evaluation only (intermediate ones are greedy); 0 = greedy only. The papers use k = 32 on AIME")
+    eval_temperature: float = opt(1.0, "sampling temperature of avg@k / pass@k (DAPO, Skywork, Ring-lite 1.0; MiMo 0.6)")
+    eval_top_p: float = opt(1.0, "top-p of avg@k / pass@k (DAPO 0.7, Ring-lite and MiMo 0.95, Skywork 1.0)")
     # --- rollout ---
     rollout: str = opt("hf", "generation engine: 'hf' (transformers generate) or 'vllm' (colocated in each training process)")
     vllm_gpu_memory_utilization: float = opt(0.3, "vLLM on GPU: share of GPU memory for its weights and KV cache "
@@ -191,6 +199,11 @@ class Config:
             bad("reward", f"{self.reward!r} is not one of math, math-strict, math-dapo, code, code-strict, code-soft")
         if self.entropy_timing not in ("code", "paper"):
             bad("entropy-timing", f"{self.entropy_timing!r} is not 'code' or 'paper'")
+        if self.eval_samples < 0:
+            bad("eval-samples", f"must be >= 0, got {self.eval_samples}")
+        if self.eval_samples and not (self.eval_temperature > 0 and 0 < self.eval_top_p <= 1):
+            bad("eval-temperature", f"sampled evaluation needs temperature > 0 and 0 < top-p <= 1, got "
+                                    f"{self.eval_temperature} and {self.eval_top_p}")
         if self.reward_timeout <= 0:
             bad("reward-timeout", f"must be > 0 seconds, got {self.reward_timeout}")
 
@@ -831,18 +844,24 @@ def step_stats(accelerator, batch, G, timeouts, n_gen) -> dict:
             "_tokens": s[4].item()}
 
 
-def run_eval(run: Run, step: int) -> dict | None:
-    """Held-out greedy accuracy (main process); completions to samples.jsonl; the row joins run.evals."""
+def run_eval(run: Run, step: int, sampled: bool = False) -> dict | None:
+    """Held-out greedy accuracy, and with `sampled` avg@k / pass@k (k = --eval-samples, at --eval-temperature and
+    --eval-top-p: each recipe sets its paper's), on the main process; completions to samples.jsonl; the row joins
+    run.evals. The loop samples at the first and the final evaluation only (k x the problems' generations each)."""
     from evaluate import evaluate
 
     if not run.accelerator.is_main_process:
         return None
+    cfg = run.cfg
+    k = cfg.eval_samples if sampled else 0
     with torch.random.fork_rng():  # evaluation never shifts the training sampling stream
-        res = evaluate(run.engine, run.tok, run.eval_set, run.reward_fn, max_new_tokens=run.cfg.max_new_tokens, n_show=8,
+        torch.manual_seed(cfg.seed + 7919)  # the same sampled evaluation before and after, whatever came between
+        res = evaluate(run.engine, run.tok, run.eval_set, run.reward_fn, samples=k, ks=(1, k) if k else (1,),
+                       temperature=cfg.eval_temperature, top_p=cfg.eval_top_p, max_new_tokens=cfg.max_new_tokens, n_show=8,
                        kind=run.kind)
-    with open(os.path.join(run.cfg.output_dir, "samples.jsonl"), "a") as f:
+    with open(os.path.join(cfg.output_dir, "samples.jsonl"), "a") as f:
         f.writelines(json.dumps({"step": step, **s}, default=str) + "\n" for s in res.pop("samples"))
-    row = {"step": step, **{f"eval/{k}": v for k, v in res.items()}}
+    row = {"step": step, **{f"eval/{key}": v for key, v in res.items()}}
     run.evals.append(row)
     return row
 
@@ -855,10 +874,17 @@ def finish(run: Run, wall_time_s: float):
     summary = {"accuracy_before": before["eval/accuracy"], "accuracy_after": after["eval/accuracy"],
                "wall_time_s": wall_time_s, "steps": run.cfg.max_steps, "recipe": run.cfg.recipe,
                "eval_problems": len(run.eval_set), "before": before, "after": after}
+    k, avg = run.cfg.eval_samples, f"eval/avg@{run.cfg.eval_samples}"
+    if avg in before and avg in after:
+        summary.update({f"avg@{k}_before": before[avg], f"avg@{k}_after": after[avg],
+                        f"pass@{k}_before": before[f"eval/pass@{k}"], f"pass@{k}_after": after[f"eval/pass@{k}"]})
     with open(os.path.join(run.cfg.output_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     plot_curves(run.history, run.evals, os.path.join(run.cfg.output_dir, "curves.png"))
-    print(f"held-out greedy accuracy: {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} "
+    sampled = (f"; avg@{k} {summary[f'avg@{k}_before']:.3f} -> {summary[f'avg@{k}_after']:.3f}, pass@{k} "
+               f"{summary[f'pass@{k}_before']:.3f} -> {summary[f'pass@{k}_after']:.3f} (T {run.cfg.eval_temperature}, "
+               f"top-p {run.cfg.eval_top_p})") if f"avg@{k}_before" in summary else ""
+    print(f"held-out greedy accuracy: {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f}{sampled} "
           f"({len(run.eval_set)} problems, {wall_time_s:.0f}s); run directory: {run.cfg.output_dir}")
 
 
@@ -875,7 +901,7 @@ def main(argv=None):
     if not run.evals:
         if acc.is_main_process:
             print(f"evaluating the initial policy on {len(run.eval_set)} held-out problems ...", flush=True)
-        run_eval(run, 0)
+        run_eval(run, 0, sampled=True)
     bar = tqdm(range(run.start_step, cfg.max_steps), initial=run.start_step, total=cfg.max_steps,
                disable=not acc.is_main_process, dynamic_ncols=True)
     for step in bar:
@@ -928,7 +954,7 @@ def main(argv=None):
                              "entropy": run.ent_ctrl.state_dict() if run.ent_ctrl else None, "last_nll": run.last_nll,
                              "wall_time_s": run.wall_before + time.time() - t_start, "config": dataclasses.asdict(cfg)})
     bar.close()
-    run_eval(run, cfg.max_steps)
+    run_eval(run, cfg.max_steps, sampled=True)
     collector.close()
     if hasattr(run.reward_fn, "close"):
         run.reward_fn.close()

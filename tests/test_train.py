@@ -199,3 +199,22 @@ def test_partial_credit_groups_are_kept_by_dynamic_sampling(trained_model_path, 
     with pytest.raises(RuntimeError, match="mixed correctness"):
         run(trained_model_path, tmp_path / "acc", "--dynamic-sampling", "--filter-metric", "acc", "--max-steps", "1",
             "--max-gen-rounds", "2")
+
+
+@pytest.mark.parametrize("recipe,T,top_p", [("dapo", 1.0, 0.7), ("mimo", 0.6, 0.95), ("grpo", 1.0, 1.0)])
+def test_sampled_evaluation_at_the_recipes_settings(trained_model_path, tmp_path, monkeypatch, recipe, T, top_p):
+    # avg@k / pass@k at the paper's T and top-p, at the first and final evaluations only; greedy at every one
+    import evaluate
+
+    calls, real = [], evaluate.evaluate
+    monkeypatch.setattr(evaluate, "evaluate", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    out = tmp_path / recipe
+    run(trained_model_path, out, "--recipe", recipe, "--max-steps", "2", "--eval-every", "1", "--eval-samples", "3",
+        "--max-gen-rounds", "20")
+    assert [c["samples"] for c in calls] == [3, 0, 3]  # step 0, step 1 (greedy only), final
+    assert all((c["temperature"], c["top_p"]) == (T, top_p) for c in calls)
+    s = json.load(open(out / "summary.json"))
+    for when in ("before", "after"):
+        avg, pas = s[f"avg@3_{when}"], s[f"pass@3_{when}"]
+        assert 0 <= avg <= pas <= 1 and s[when]["eval/pass@1"] == pytest.approx(avg)  # pass@1 is avg@k (unbiased)
+        assert avg * 12 * 3 == pytest.approx(round(avg * 12 * 3))  # a count of correct samples out of 12 x 3
