@@ -49,28 +49,43 @@ def opt(default, help):
     return field(default=default, metadata={"help": help})
 
 
-# Each paper's choices (../shared/reference/algorithms.md Sec. 7), lengths scaled to the built-in task (responses of
-# 10-50 tokens; the papers generate 4K-32K). Anything not listed keeps the Config default (GRPO).
+# Each paper's choices (../shared/reference/algorithms.md Sec. 7), lengths and batch sizes scaled to the built-in task
+# (responses of 10-50 tokens, 32 prompts x 8 = 256 responses per step; the papers generate 4K-32K tokens for 512 x 16).
+# Anything not listed keeps the Config default (GRPO): reward 1/0, eps 0.2/0.2, one update per rollout (mu = 1),
+# --filter-metric auto (correctness; the partial scores under code-strict / code-soft), greedy + avg@4 evaluation.
+# mu (updates per rollout) = batch_size / mini_batch_size: DAPO, MiMo and Compass make 16 (mini-batch = 1/16 of the
+# rollout: 512 of 8192 responses in DAPO's verl script, 32 of 512 prompts in MiMo, 32 of 128 in Compass), scaled
+# here to mini-batches of 16 of the 256 responses. Measured on the built-in task at the default lr 1e-4: mu = 16
+# still learns and clip-higher acts (clip fractions > 0 on every step; README "Recipes").
+MU16 = dict(mini_batch_size=16)
 RECIPES = {
     "grpo": {},  # DeepSeekMath GRPO without KL (add --kl-coef 0.04 for the original)
-    "dapo": dict(  # DAPO Sec. 3, Alg. 1
+    "dapo": dict(  # DAPO Sec. 3, Alg. 1 and verl's recipe/dapo scripts
         wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, overlong_buffer=16,
+        **MU16,  # 16 updates per rollout (train batch 512 prompts x 16, ppo_mini_batch_size 32 prompts)
         gen_batch_factor=3,  # verl recipe/dapo: gen_batch_size 1536 = 3 x train_batch_size 512, up to 10 rounds
         eval_temperature=1.0, eval_top_p=0.7),  # Sec. 4.1: avg@32 at T = 1.0, top-p 0.7
-    "c3po": dict(  # Ring-lite Sec. 3.2, 4.1: token budget, KL 1e-3, entropy bonus 5e-4, 1/0 reward
+    "c3po": dict(  # Ring-lite Sec. 3.2, 4.1: token budget, KL 1e-3, entropy bonus 5e-4, 1/0 reward; on-policy (mu = 1:
+        # the paper's "minibatch 2" is unexplained and Phi tokens per update is the budget's own unit)
         token_budget=4096, kl_coef=1e-3, entropy_coef=5e-4, eval_temperature=1.0, eval_top_p=0.95),  # Table 1: T 1.0, top-p 0.95
     "skywork": dict(  # Skywork-OR1 MAGIC Sec. 3: token-mean, no KL, adaptive entropy, rejection sampling, stages;
         # its verifier's format rule (Sec. 7.1): the last \boxed{} or nothing
         reward="math-strict", loss_agg="token-mean", adaptive_entropy=True, rejection_sampling=True, curriculum="skywork",
+        mini_batch_size=128,  # N_SGD = 2: Math-7B's Table 10 (batch 256, mini-batch 128), whose stages the curriculum follows
+        # (OR1-7B / 32B ran N_SGD = 1); eps 0.2/0.2; adaptive entropy with its released code's timing (--entropy-timing)
         online_filter=True,  # Sec. 3.1: at each stage start, drop prompts solved perfectly in the previous stage
         eval_temperature=1.0, eval_top_p=1.0),  # Table 13: avg@32 (AIME) at T = 1, top-p 1
-    "mimo": dict(  # MiMo Sec. 3.3: DAPO-style loss, dynamic sampling, easy-data resampling alpha = 0.1
+    "mimo": dict(  # MiMo Sec. 3.3: DAPO-style loss, dynamic sampling, easy-data resampling alpha = 0.1; eps unstated
+        # [unspecified]: DAPO's 0.2/0.28; filter on the partial scores with its code rewards (--filter-metric auto)
         clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, easy_pool_alpha=0.1,
+        **MU16,  # batch 512, actor mini-batch 32: 16 gradient updates per iteration (Sec. 3.3.3)
         eval_temperature=0.6, eval_top_p=0.95),  # Tables 4-6: T 0.6, top-p 0.95
-    "compass": dict(  # Compass-Thinker Sec. 3-4: +-1 reward, DAPO-style loss, dynamic sampling, easy -> hard stages
-        wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, curriculum="compass"),
-    # (no online filter: Compass-Thinker does not drop solved prompts between stages; that is Skywork-OR1's)
-    # evaluation: Sec. 4.3 gives no decoding settings [unspecified]: the training T = 1.0, top-p 1.0 (the defaults)
+    "compass": dict(  # Compass-Thinker Sec. 3-4: +-1 reward, DAPO-style loss, dynamic sampling, easy -> hard stages;
+        # eps unstated [unspecified]: DAPO's 0.2/0.28. No online filter: dropping prompts solved in the previous stage is
+        # Skywork-OR1's, not Compass-Thinker's. Evaluation: Sec. 4.3 gives no decoding settings [unspecified]: the
+        # training T = 1.0, top-p 1.0 (the defaults)
+        wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, curriculum="compass",
+        **MU16),  # Sec. 4.1: batch 128, actor mini-batch 32, 16 gradient updates per iteration
 }
 
 
