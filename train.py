@@ -159,7 +159,7 @@ class Config:
     token_budget: int = opt(0, "C3PO: Phi, training tokens per optimizer update (constant 1/Phi normaliser); 0 = off")
     entropy_coef: float = opt(0.0, "static entropy bonus alpha (Ring-lite: 5e-4)")
     adaptive_entropy: bool = opt(False, "Skywork-OR1: adaptive entropy control towards --entropy-target")
-    entropy_target: float = opt(0.2, "Skywork-OR1: target entropy (sampled-token NLL of the previous rollout)")
+    entropy_target: float = opt(0.2, "Skywork-OR1: target entropy (the sampled-token NLL of a rollout; which rollout: --entropy-timing)")
     entropy_delta: float = opt(1e-4, "Skywork-OR1: coefficient step Delta per training step")
     entropy_max: float = opt(5e-3, "Skywork-OR1: upper clamp of the entropy coefficient")
     entropy_timing: str = opt("code", "Skywork-OR1: 'code' (released trainer: c updated with the previous rollout's estimate, then "
