@@ -48,11 +48,13 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool 
         raise ValueError(f"group_size must be >= 2 for a group-relative baseline, got {group_size}")
     if rewards.numel() % group_size:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
-    r = rewards.float().view(-1, group_size)  # (B, G)
-    adv = r - r.mean(dim=1, keepdim=True)  # (B, G)
+    r = rewards.to(torch.float64).view(-1, group_size)  # (B, G) statistics in float64, whatever the input dtype
+    mean = r.mean(dim=1, keepdim=True)  # (B, 1)
+    same = (r == r[:, :1]).all(dim=1, keepdim=True)  # (B, 1) all-equal groups
+    adv = torch.where(same, torch.zeros_like(r), r - mean)  # exactly 0, not mean's rounding error (0.7 - mean(0.7s))
     if scale_by_std:
         adv = adv / (r.std(dim=1, unbiased=True, keepdim=True) + eps)  # all-equal group: 0 / eps = 0
-    return adv.view(-1)  # (N,)
+    return adv.to(torch.float32).view(-1)  # (N,)
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False):
@@ -104,6 +106,8 @@ def aggregate(
     seq-mean-token-sum   1/num_seqs  * sum_i sum_t m_it l_it                  Dr. GRPO-style (no length normaliser)
     budget               1/budget    * sum_i sum_t m_it l_it                  C3PO Eq. 2 (constant 1/Phi)
     num_seqs / num_tokens default to this tensor's own counts; pass the mini-batch totals when it is a micro-batch.
+    num_seqs counts the NON-EMPTY rows: a fully masked row (DAPO's overlong filter, C3PO's budget) leaves the loss and
+    the mean, as verl's agg_loss does (seq_mask); TRL divides by all rows, which shrinks the others' gradient.
     """
     mask = mask.to(loss_tok.dtype)
     if mode == "budget":  # C3PO change 2 (Sec. 3.2, Eq. 2): constant normaliser, whatever the token count
@@ -118,7 +122,7 @@ def aggregate(
         per_seq = per_seq / mask.sum(-1).clamp(min=1)
     elif mode != "seq-mean-token-sum":
         raise ValueError(f"unknown loss aggregation {mode!r}; expected one of {LOSS_AGG}")
-    denom = num_seqs if num_seqs is not None else loss_tok.shape[0]
+    denom = num_seqs if num_seqs is not None else (mask.sum(-1) > 0).sum().clamp(min=1)  # non-empty rows (verl)
     return per_seq.sum() / denom
 
 

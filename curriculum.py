@@ -5,6 +5,7 @@ Tables 10-12). Tests: python -m pytest tests/test_curriculum.py -q
     stage(k)       = first s with k < until_step_s (the last stage once k passes every until_step)
     level of slot  ~ Categorical(level_weights of stage(k)), renormalised over levels with prompts left
     online filter  : at the first step of stage s > 0, drop q if acc_last(q) = 1, acc_last seen during stage s-1
+                     (Skywork-OR1 only: train.py turns it on for the skywork recipe; Compass-Thinker keeps every prompt)
     rejection      : keep group i iff exists j: A_ij != 0 (Skywork Sec. 3.1); no refill, the batch shrinks
 
     paper                  code                         shape / type
@@ -54,7 +55,7 @@ class Curriculum:
     """Stage schedule and prompt sampler. `next_batch(step)` before rollout, `observe(...)` after rewards."""
 
     def __init__(self, stages: Sequence[Stage], levels: Sequence[int | None], seed: int = 0,
-                 default_level: int = 3, online_filter: bool = True):
+                 default_level: int = 3, online_filter: bool = False):
         if not stages:
             raise ValueError("a curriculum needs at least one stage")
         for a, b in pairwise(stages):

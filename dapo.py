@@ -27,7 +27,9 @@ Where the papers are silent or disagree, and what this file chooses:
     micro-batches (and processes) and passes that as num_tokens; under DDP, whose all-reduce averages gradients over
     W processes, pass total / W. The per-micro-batch default is exact only when one micro-batch is the mini-batch.
   * Dynamic sampling filters on correctness (verl `filter_groups.metric=acc`): a group that is all wrong but differs
-    only in overlong penalty has shaped-reward std > 0 yet is dropped. Groups of one sample are kept (as verl).
+    only in overlong penalty has shaped-reward std > 0 yet is dropped. With partial-credit rewards (MiMo's code
+    rewards) the filter compares the verifier's scores instead (verl `metric=score`, before any overlong shaping),
+    so a group with different partial scores and no full pass is kept; train.py --filter-metric picks it. Groups of one sample are kept (as verl).
     Kept groups accumulate over generation rounds; the FIRST target_groups in generation order are used and the
     surplus is discarded, not carried to the next step (verl `batch[:train_batch_size*n]`). Advantages are computed
     after filtering, on kept groups only (they are per-group anyway, so the order does not change them).
@@ -49,11 +51,13 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool 
         raise ValueError(f"group_size must be >= 2 for a group-relative baseline, got {group_size}")
     if rewards.numel() % group_size:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
-    r = rewards.float().view(-1, group_size)  # (B, G)
-    adv = r - r.mean(dim=1, keepdim=True)  # (B, G)
+    r = rewards.to(torch.float64).view(-1, group_size)  # (B, G) statistics in float64, whatever the input dtype
+    mean = r.mean(dim=1, keepdim=True)  # (B, 1)
+    same = (r == r[:, :1]).all(dim=1, keepdim=True)  # (B, 1) all-equal groups
+    adv = torch.where(same, torch.zeros_like(r), r - mean)  # exactly 0, not mean's rounding error (0.7 - mean(0.7s))
     if scale_by_std:
         adv = adv / (r.std(dim=1, unbiased=True, keepdim=True) + eps)  # all-equal group: 0 / eps = 0
-    return adv.view(-1)  # (N,)
+    return adv.to(torch.float32).view(-1)  # (N,)
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False):
@@ -102,6 +106,8 @@ def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: f
     token-mean           1/num_tokens * sum_i sum_t m_it l_it                 DAPO Eq. 12 (mini-batch token mean)
     seq-mean-token-sum   1/num_seqs  * sum_i sum_t m_it l_it                  Dr. GRPO-style (no length normaliser)
     num_seqs / num_tokens default to this tensor's own counts; pass the mini-batch totals when it is a micro-batch.
+    num_seqs counts the NON-EMPTY rows: a fully masked row (DAPO's overlong filter, C3PO's budget) leaves the loss and
+    the mean, as verl's agg_loss does (seq_mask); TRL divides by all rows, which shrinks the others' gradient.
     """
     mask = mask.to(loss_tok.dtype)
     if mode == "token-mean":
@@ -112,7 +118,7 @@ def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: f
         per_seq = per_seq / mask.sum(-1).clamp(min=1)
     elif mode != "seq-mean-token-sum":
         raise ValueError(f"unknown loss aggregation {mode!r}; expected one of {LOSS_AGG}")
-    denom = num_seqs if num_seqs is not None else loss_tok.shape[0]
+    denom = num_seqs if num_seqs is not None else (mask.sum(-1) > 0).sum().clamp(min=1)  # non-empty rows (verl)
     return per_seq.sum() / denom
 
 
@@ -156,9 +162,10 @@ def filter_groups(correct, group_size: int) -> torch.Tensor:
     """Keep mask (B,) of groups whose correctness is not all-equal: 0 < #correct < G (Eq. 11).
 
     correct: list[bool] or tensor (N,) of consecutive groups. Pass correctness, not the shaped reward (verl
-    `metric=acc`): the overlong penalty must not rescue an all-wrong group. A group of one sample is kept (verl).
+    `metric=acc`): the overlong penalty must not rescue an all-wrong group. With partial-credit rewards pass the
+    unshaped scores (verl `metric=score`): any two different values keep the group. A group of one sample is kept.
     """
-    c = torch.as_tensor(correct).float()  # (N,)
+    c = torch.as_tensor(correct).double()  # (N,)
     if c.numel() % group_size:
         raise ValueError(f"{c.numel()} correctness flags do not split into groups of {group_size}")
     c = c.view(-1, group_size)  # (B, G)
@@ -174,7 +181,9 @@ class DynamicSampler:
             sampler.add(groups, correct)                   # raises after max_gen_rounds rounds still short
         kept = sampler.take()                              # the first target_groups, in generation order
 
-    max_gen_rounds <= 0 means unlimited (verl `max_num_gen_batches`, 10 in the DAPO recipe).
+    max_gen_rounds <= 0 means unlimited (verl `max_num_gen_batches`, 10 in the DAPO recipe). Each round draws
+    gen_batch_factor x target_groups prompts (train.py --gen-batch-factor; verl's DAPO recipe: gen_batch_size =
+    3 x train_batch_size), so a round usually fills the batch on its own and the surplus is discarded.
     """
 
     def __init__(self, target_groups: int, group_size: int, max_gen_rounds: int = 10):

@@ -21,13 +21,17 @@ Where the papers are silent or disagree, and what this file chooses:
   * Entropy estimate e_k (Skywork): the paper estimates "from the rollout buffer"; its code uses the sampled-token
     NLL -mean(old_logp), while the loss term uses the full-vocabulary entropy. Both estimate the same quantity at
     tau = 1 (E[-log p(y)] = H); tgt = 0.2 was tuned on the NLL, so `estimate="nll"` is the default.
-  * Timing: the code updates the controller after the actor update, so step k uses the indicator of e_{k-1}
-    (`lag=True`); the paper's Eq. 3.2 uses e_k (`lag=False`, default). The c_k sequence is the same either way.
-    Before any observation the lagged indicator is off (c_0 = 0 makes this moot) [unspecified].
+  * Timing (`timing`): Skywork's released trainer calls `EntController.update(e)` after the actor update, with e the
+    NLL of the rollout just trained on; the next step's loss uses the updated c and the updated flag. So step k uses
+    alpha_k = c_k * 1{e_{k-1} < tgt} where c_k already includes e_{k-1}'s update ("update, then use"):
+    `timing="code"` (the default), fed e_{k-1}. The paper's Eq. 3.2 uses this step's own estimate before updating:
+    alpha_k = c_k * 1{e_k <= tgt}, then c_{k+1} from e_k ("use, then update"): `timing="paper"`, fed e_k. At step 0
+    the code timing has no previous estimate: train.py uses alpha_0 = 0 (c_0 = 0 in both paper and scripts).
   * Equality e_k = tgt: the paper turns the bonus on (<=) and leaves c unchanged (neither case of Eq. 3.2); the code
     turns it off (<) and decreases c. `strict=False` (default) is the paper, `strict=True` the code.
-  * c is clamped to [c_min, c_max] = [0, 0.005] as the released scripts do (the paper has no clamp; without one c
-    goes negative while entropy sits above the target). The scripts' Delta = 1e-4 is the default.
+  * c is clamped to [c_min, c_max] = [0, 0.005] after each update, as the released code does (the paper has no clamp;
+    without one c goes negative while entropy sits above the target). The initial c_0 is not clamped (nor is it in the
+    code). The scripts' Delta = 1e-4 is the default.
 """
 from __future__ import annotations
 
@@ -52,7 +56,7 @@ def aggregate(
         per_seq = per_seq / mask.sum(-1).clamp(min=1)
     elif mode != "seq-mean-token-sum":
         raise ValueError(f"unknown loss aggregation {mode!r}")
-    denom = num_seqs if num_seqs is not None else loss_tok.shape[0]
+    denom = num_seqs if num_seqs is not None else (mask.sum(-1) > 0).sum().clamp(min=1)  # non-empty rows (verl)
     return per_seq.sum() / denom
 
 
@@ -82,18 +86,20 @@ def mean_entropy(entropy: torch.Tensor, mask: torch.Tensor) -> float:
 class AdaptiveEntropy:
     """Skywork-OR1's controller (Eq. 3.2): the bonus switches on only below `target`, with a coefficient that ramps.
 
-    Call `alpha = ctrl.step(e)` once per training step, before the loss, with e = ctrl.measure(old_logp, mask) (or
-    your own estimate), then add entropy_loss(entropy, mask, alpha, ...) to the policy loss.
+    Call `alpha = ctrl.step(e)` once per training step, before the loss, with e = ctrl.measure(old_logp, mask) of the
+    previous rollout (timing="code") or of this step's rollout (timing="paper"), then add
+    entropy_loss(entropy, mask, alpha, ...) to the policy loss.
     """
 
     def __init__(self, target: float = 0.2, delta: float = 1e-4, c0: float = 0.0, c_min: float = 0.0,
-                 c_max: float = 0.005, lag: bool = False, strict: bool = False, estimate: str = "nll"):
+                 c_max: float = 0.005, timing: str = "paper", strict: bool = False, estimate: str = "nll"):
         if estimate not in ("nll", "entropy"):
             raise ValueError(f"estimate must be 'nll' or 'entropy', got {estimate!r}")
+        if timing not in ("code", "paper"):
+            raise ValueError(f"timing must be 'code' or 'paper', got {timing!r}")
         self.target, self.delta, self.c_min, self.c_max = target, delta, c_min, c_max
-        self.lag, self.strict, self.estimate = lag, strict, estimate
-        self.c = min(max(c0, c_min), c_max)
-        self.enabled_prev = False  # lagged indicator before any observation [unspecified]
+        self.timing, self.strict, self.estimate = timing, strict, estimate
+        self.c = c0  # not clamped: Skywork's EntController clamps only after an update
         self.last_e, self.last_alpha, self.steps = None, 0.0, 0
 
     def measure(self, logp=None, mask=None, entropy=None) -> float:
@@ -105,16 +111,21 @@ class AdaptiveEntropy:
     def _on(self, e: float) -> bool:
         return e < self.target if self.strict else e <= self.target
 
-    def step(self, e: float) -> float:
-        """alpha_k for this step's loss, then c_{k+1} from e_k."""
-        on = self.enabled_prev if self.lag else self._on(e)
-        alpha = self.c * float(on)
+    def _update(self, e: float):
         if e < self.target:
             self.c += self.delta
         elif e > self.target or self.strict:  # equality: the code decreases c, the paper leaves it
             self.c -= self.delta
         self.c = min(max(self.c, self.c_min), self.c_max)
-        self.enabled_prev = self._on(e)
+
+    def step(self, e: float) -> float:
+        """alpha for this step's loss. paper: c_k * 1{e_k on}, then c_{k+1} from e_k (e = this rollout's estimate).
+        code: c from e's update, then c * 1{e on} (e = the previous rollout's estimate)."""
+        if self.timing == "code":
+            self._update(e)
+        alpha = self.c * float(self._on(e))
+        if self.timing == "paper":
+            self._update(e)
         self.last_e, self.last_alpha, self.steps = e, alpha, self.steps + 1
         return alpha
 
@@ -123,9 +134,8 @@ class AdaptiveEntropy:
                 "policy/entropy_coef_c": self.c}
 
     def state_dict(self) -> dict:
-        return {"c": self.c, "enabled_prev": self.enabled_prev, "last_e": self.last_e,
-                "last_alpha": self.last_alpha, "steps": self.steps}
+        return {"c": self.c, "last_e": self.last_e, "last_alpha": self.last_alpha, "steps": self.steps}
 
     def load_state_dict(self, state: dict):
-        self.c, self.enabled_prev, self.last_e = state["c"], state["enabled_prev"], state["last_e"]
+        self.c, self.last_e = state["c"], state["last_e"]
         self.last_alpha, self.steps = state["last_alpha"], state["steps"]

@@ -25,14 +25,19 @@ Symbol table (B prompts, G samples per prompt, N = B*G responses, T response tok
 
 Where the code departs from (or chooses within) the paper:
   * std is the unbiased (N-1) sample std plus eps=1e-6, as verl and Skywork-OR1's code do; no paper says
-    which. A group whose rewards are all equal gets A = 0 on every token, never NaN. `scale_by_std=False`
+    which. A group whose rewards are all equal gets exactly A = 0 on every token, never NaN and never the
+    rounding error of R - mean(R) (in float32 a group of 0.7s gave +0.06 after dividing by std + 1e-6).
+    Mean and std are computed in float64 and the advantages returned in float32 (the loss's dtype). `scale_by_std=False`
     gives Dr. GRPO's (arXiv 2503.20783) mean-only advantage.
   * The ratio is exactly 1 on the first update of an on-policy step: old_logp is the current policy's
     log-prob, detached. The loss value is then -mean(A) (about 0) but its gradient is A * grad log pi, the
     REINFORCE gradient; clipping can only bite on the 2nd..mu-th update of a rollout (tests/test_grpo.py).
   * Loss aggregation is named for what it computes (`LOSS_AGG`): GRPO is `seq-mean-token-mean`
     (1/G sum_i 1/|o_i| sum_t). Its denominators can be passed in (`num_seqs`, `num_tokens`) so that a
-    mini-batch split into micro-batches, or across processes, is normalised once, globally.
+    mini-batch split into micro-batches, or across processes, is normalised once, globally. The sequence mean is
+    over responses with at least one token in the loss: a response whose tokens are all masked (DAPO's overlong
+    filter, C3PO's budget) is left out of the numerator and the denominator, as verl's agg_loss does; TRL divides
+    by all rows (the masked ones count as zero loss, scaling the others' gradient down).
   * KL uses the k3 estimator in the loss (not in the reward), as DeepSeekMath Eq. 4.
   * Log-probs and entropy are computed from logits / temperature (Skywork-OR1's dp_actor does this), so
     they are the log-probs of the distribution the engine actually sampled from.
@@ -50,11 +55,13 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool 
         raise ValueError(f"group_size must be >= 2 for a group-relative baseline, got {group_size}")
     if rewards.numel() % group_size:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
-    r = rewards.float().view(-1, group_size)  # (B, G)
-    adv = r - r.mean(dim=1, keepdim=True)  # (B, G)
+    r = rewards.to(torch.float64).view(-1, group_size)  # (B, G) statistics in float64, whatever the input dtype
+    mean = r.mean(dim=1, keepdim=True)  # (B, 1)
+    same = (r == r[:, :1]).all(dim=1, keepdim=True)  # (B, 1) all-equal groups
+    adv = torch.where(same, torch.zeros_like(r), r - mean)  # exactly 0, not mean's rounding error (0.7 - mean(0.7s))
     if scale_by_std:
         adv = adv / (r.std(dim=1, unbiased=True, keepdim=True) + eps)  # all-equal group: 0 / eps = 0
-    return adv.view(-1)  # (N,)
+    return adv.to(torch.float32).view(-1)  # (N,)
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False):
@@ -199,6 +206,8 @@ def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: f
     token-mean           1/num_tokens * sum_i sum_t m_it l_it                 DAPO Eq. 12 (mini-batch token mean)
     seq-mean-token-sum   1/num_seqs  * sum_i sum_t m_it l_it                  Dr. GRPO-style (no length normaliser)
     num_seqs / num_tokens default to this tensor's own counts; pass the mini-batch totals when it is a micro-batch.
+    num_seqs counts the NON-EMPTY rows: a fully masked row (DAPO's overlong filter, C3PO's budget) leaves the loss and
+    the mean, as verl's agg_loss does (seq_mask); TRL divides by all rows, which shrinks the others' gradient.
     """
     mask = mask.to(loss_tok.dtype)
     if mode == "token-mean":
@@ -209,7 +218,7 @@ def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: f
         per_seq = per_seq / mask.sum(-1).clamp(min=1)
     elif mode != "seq-mean-token-sum":
         raise ValueError(f"unknown loss aggregation {mode!r}; expected one of {LOSS_AGG}")
-    denom = num_seqs if num_seqs is not None else loss_tok.shape[0]
+    denom = num_seqs if num_seqs is not None else (mask.sum(-1) > 0).sum().clamp(min=1)  # non-empty rows (verl)
     return per_seq.sum() / denom
 
 

@@ -63,9 +63,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 
-def filter_mixed(correct: list[bool]) -> bool:
-    """A group is valid (kept) when its correctness is not all-equal (dapo.filter_groups, one group)."""
-    return len(correct) == 1 or any(c != correct[0] for c in correct)
+FILTER_METRICS = ("acc", "score")
+
+
+def filter_mixed(values: list) -> bool:
+    """A group is valid (kept) when its filter values are not all-equal (dapo.filter_groups, one group): the
+    correctness flags (verl filter_groups.metric=acc) or the verifier's scores (metric=score, partial credit)."""
+    return len(values) == 1 or any(c != values[0] for c in values)
 
 
 class PassRateEstimator:
@@ -141,6 +145,7 @@ class _Group:
     comps: list = field(default_factory=list)
     rewards: list | None = None
     correct: list | None = None
+    filt: list | None = None  # what the filter compares: correct (acc) or the unshaped scores (score)
     t_submit: int = 0  # streaming: engine steps (polls) at submission, and the group's duration in engine steps
     duration: int | None = None
 
@@ -150,7 +155,7 @@ class _Group:
 
     @property
     def valid(self) -> bool:
-        return self.scored and filter_mixed(self.correct)
+        return self.scored and filter_mixed(self.filt)
 
     def as_tuple(self):
         return (self.idx, self.ex, self.prompt, self.comps, self.rewards, self.correct)
@@ -173,14 +178,17 @@ class SeamlessRollout:
     def __init__(self, engine, score: Callable, group_size: int, *, min_wave: int | None = None, max_wave: int = 256,
                  prior: float = 0.5, prior_weight: float = 8.0, decay: float = 0.7, max_groups: int | None = None,
                  shape: Callable | None = None, score_chunk: int = 8, async_reward: bool | None = None,
-                 reward_threads: int = 1, streaming: bool | None = None, age_aware: bool = True, clock: Callable[[], float] = time.perf_counter):
+                 reward_threads: int = 1, streaming: bool | None = None, age_aware: bool = True, clock: Callable[[], float] = time.perf_counter,
+                 filter_metric: str = "acc"):
         if streaming is None:
             streaming = all(hasattr(engine, a) for a in ("submit", "poll", "abort"))
         if min_wave is None:  # streaming: launching costs nothing, launch exactly what the estimate asks for
             min_wave = 1 if streaming else 4
         if group_size < 1 or min_wave < 1 or max_wave < min_wave:
             raise ValueError(f"need group_size >= 1 and 1 <= min_wave <= max_wave, got {group_size}, {min_wave}, {max_wave}")
-        self.engine, self.score, self.G = engine, score, group_size
+        if filter_metric not in FILTER_METRICS:
+            raise ValueError(f"filter_metric must be one of {FILTER_METRICS}, got {filter_metric!r}")
+        self.engine, self.score, self.G, self.filter_metric = engine, score, group_size, filter_metric
         self.min_wave, self.max_wave, self.max_groups, self.shape = min_wave, max_wave, max_groups, shape
         self.score_chunk = max(1, score_chunk)
         self.est = PassRateEstimator(prior, prior_weight, decay=decay)
@@ -205,10 +213,10 @@ class SeamlessRollout:
     def _score_groups(self, groups: list[_Group]):
         comps = [c for g in groups for c in g.comps]
         rewards, correct, m = self.score([c.text for c in comps], [g.gold for g in groups for _ in range(self.G)])
-        rewards = list(rewards)
+        scores = rewards = list(rewards)
         if self.shape is not None:
             rewards = list(self.shape(comps, rewards))
-        return rewards, list(correct), m
+        return rewards, list(correct), m, (list(correct) if self.filter_metric == "acc" else scores)
 
     def _submit_chunks(self, groups: list[_Group], jobs: dict) -> float:
         """Queue `groups` for scoring in chunks of `score_chunk`; returns the seconds spent scoring inline."""
@@ -249,10 +257,11 @@ class SeamlessRollout:
             nonlocal timeouts
             for f in done:
                 groups = jobs.pop(f)
-                rewards, correct, m = f.result()
+                rewards, correct, m, filt = f.result()
                 timeouts += int(m.get("reward/timeouts", 0)) if isinstance(m, dict) else 0
                 for i, g in enumerate(groups):
                     g.rewards, g.correct = rewards[i * G:(i + 1) * G], correct[i * G:(i + 1) * G]
+                    g.filt = filt[i * G:(i + 1) * G]
                     if g.duration is not None:
                         self.ages.add(g.duration, g.valid)
                 self.est.update(sum(g.valid for g in groups), len(groups))

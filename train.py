@@ -49,21 +49,43 @@ def opt(default, help):
     return field(default=default, metadata={"help": help})
 
 
-# Each paper's choices (../shared/reference/algorithms.md Sec. 7), lengths scaled to the built-in task (responses of
-# 10-50 tokens; the papers generate 4K-32K). Anything not listed keeps the Config default (GRPO).
+# Each paper's choices (../shared/reference/algorithms.md Sec. 7), lengths and batch sizes scaled to the built-in task
+# (responses of 10-50 tokens, 32 prompts x 8 = 256 responses per step; the papers generate 4K-32K tokens for 512 x 16).
+# Anything not listed keeps the Config default (GRPO): reward 1/0, eps 0.2/0.2, one update per rollout (mu = 1),
+# --filter-metric auto (correctness; the partial scores under code-strict / code-soft), greedy + avg@4 evaluation.
+# mu (updates per rollout) = batch_size / mini_batch_size: DAPO, MiMo and Compass make 16 (mini-batch = 1/16 of the
+# rollout: 512 of 8192 responses in DAPO's verl script, 32 of 512 prompts in MiMo, 32 of 128 in Compass), scaled
+# here to mini-batches of 16 of the 256 responses. Measured on the built-in task at the default lr 1e-4: mu = 16
+# still learns and clip-higher acts (clip fractions > 0 on every step; README "Recipes").
+MU16 = dict(mini_batch_size=16)
 RECIPES = {
     "grpo": {},  # DeepSeekMath GRPO without KL (add --kl-coef 0.04 for the original)
-    "dapo": dict(  # DAPO Sec. 3, Alg. 1
-        wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, overlong_buffer=16),
-    "c3po": dict(  # Ring-lite Sec. 3.2, 4.1: token budget, KL 1e-3, entropy bonus 5e-4, 1/0 reward
-        token_budget=4096, kl_coef=1e-3, entropy_coef=5e-4),
+    "dapo": dict(  # DAPO Sec. 3, Alg. 1 and verl's recipe/dapo scripts
+        wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, overlong_buffer=16,
+        **MU16,  # 16 updates per rollout (train batch 512 prompts x 16, ppo_mini_batch_size 32 prompts)
+        gen_batch_factor=3,  # verl recipe/dapo: gen_batch_size 1536 = 3 x train_batch_size 512, up to 10 rounds
+        eval_temperature=1.0, eval_top_p=0.7),  # Sec. 4.1: avg@32 at T = 1.0, top-p 0.7
+    "c3po": dict(  # Ring-lite Sec. 3.2, 4.1: token budget, KL 1e-3, entropy bonus 5e-4, 1/0 reward; on-policy (mu = 1:
+        # the paper's "minibatch 2" is unexplained and Phi tokens per update is the budget's own unit)
+        token_budget=4096, kl_coef=1e-3, entropy_coef=5e-4, eval_temperature=1.0, eval_top_p=0.95),  # Table 1: T 1.0, top-p 0.95
     "skywork": dict(  # Skywork-OR1 MAGIC Sec. 3: token-mean, no KL, adaptive entropy, rejection sampling, stages;
         # its verifier's format rule (Sec. 7.1): the last \boxed{} or nothing
-        reward="math-strict", loss_agg="token-mean", adaptive_entropy=True, rejection_sampling=True, curriculum="skywork"),
-    "mimo": dict(  # MiMo Sec. 3.3: DAPO-style loss, dynamic sampling, easy-data resampling alpha = 0.1
-        clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, easy_pool_alpha=0.1),
-    "compass": dict(  # Compass-Thinker Sec. 3-4: +-1 reward, DAPO-style loss, dynamic sampling, easy -> hard stages
-        wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, curriculum="compass"),
+        reward="math-strict", loss_agg="token-mean", adaptive_entropy=True, rejection_sampling=True, curriculum="skywork",
+        mini_batch_size=128,  # N_SGD = 2: Math-7B's Table 10 (batch 256, mini-batch 128), whose stages the curriculum follows
+        # (OR1-7B / 32B ran N_SGD = 1); eps 0.2/0.2; adaptive entropy with its released code's timing (--entropy-timing)
+        online_filter=True,  # Sec. 3.1: at each stage start, drop prompts solved perfectly in the previous stage
+        eval_temperature=1.0, eval_top_p=1.0),  # Table 13: avg@32 (AIME) at T = 1, top-p 1
+    "mimo": dict(  # MiMo Sec. 3.3: DAPO-style loss, dynamic sampling, easy-data resampling alpha = 0.1; eps unstated
+        # [unspecified]: DAPO's 0.2/0.28; filter on the partial scores with its code rewards (--filter-metric auto)
+        clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, easy_pool_alpha=0.1,
+        **MU16,  # batch 512, actor mini-batch 32: 16 gradient updates per iteration (Sec. 3.3.3)
+        eval_temperature=0.6, eval_top_p=0.95),  # Tables 4-6: T 0.6, top-p 0.95
+    "compass": dict(  # Compass-Thinker Sec. 3-4: +-1 reward, DAPO-style loss, dynamic sampling, easy -> hard stages;
+        # eps unstated [unspecified]: DAPO's 0.2/0.28. No online filter: dropping prompts solved in the previous stage is
+        # Skywork-OR1's, not Compass-Thinker's. Evaluation: Sec. 4.3 gives no decoding settings [unspecified]: the
+        # training T = 1.0, top-p 1.0 (the defaults)
+        wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, curriculum="compass",
+        **MU16),  # Sec. 4.1: batch 128, actor mini-batch 32, 16 gradient updates per iteration
 }
 
 
@@ -81,6 +103,10 @@ class Config:
     resume: str = opt("", "checkpoint directory to resume from, or 'auto' for the latest one in --output-dir")
     eval_every: int = opt(20, "evaluate on held-out data every N steps (0 = only before and after)")
     eval_problems: int = opt(400, "number of held-out problems for greedy accuracy")
+    eval_samples: int = opt(4, "k: sampled completions per held-out problem for avg@k and pass@k, at the first and the final "
+                               "evaluation only (intermediate ones are greedy); 0 = greedy only. The papers use k = 32 on AIME")
+    eval_temperature: float = opt(1.0, "sampling temperature of avg@k / pass@k (DAPO, Skywork, Ring-lite 1.0; MiMo 0.6)")
+    eval_top_p: float = opt(1.0, "top-p of avg@k / pass@k (DAPO 0.7, Ring-lite and MiMo 0.95, Skywork 1.0)")
     # --- rollout ---
     rollout: str = opt("fast", "generation engine: 'fast' (rollout.FastEngine: transformers' forward in a plain decode loop, the "
                                "samples of 'hf' token for token, ~4x faster on the tiny model), 'hf' (transformers generate, the reference) or "
@@ -134,8 +160,13 @@ class Config:
                           "and an OpenMP pool sharing its cores with other work ran 30x slower here (measured)")
     # --- recipe: each paper's techniques (train.py --recipe NAME sets them; any flag given still wins) ---
     recipe: str = opt("grpo", "preset of a paper's settings: " + ", ".join(RECIPES) + " (see RECIPES in train.py and the README)")
-    dynamic_sampling: bool = opt(False, "DAPO: keep only groups with mixed correctness, regenerating until the batch is full")
+    dynamic_sampling: bool = opt(False, "DAPO: keep only groups with mixed correctness (or scores: --filter-metric), regenerating until the batch is full")
     max_gen_rounds: int = opt(10, "DAPO: cap on generation rounds per step under dynamic sampling (<= 0: no cap)")
+    filter_metric: str = opt("auto", "what dynamic sampling / the seamless scheduler call a mixed group (verl filter_groups.metric): "
+                                     "'acc' (correctness differs), 'score' (the verifier's unshaped reward differs: partial credit), "
+                                     "'auto' = score for --reward code-strict / code-soft (MiMo's partial-credit rewards), else acc")
+    gen_batch_factor: int = opt(1, "DAPO: prompts drawn per dynamic-sampling round, as a multiple of the step's prompts "
+                                   "(verl's DAPO recipe: gen_batch_size = 3 x train_batch_size; the dapo recipe sets 3)")
     seamless: bool = opt(False, "MiMo: seamless rollout for --dynamic-sampling (seamless.py): launches sized by the pass-rate estimate (continuous batching with --rollout vllm, waves with hf), scoring overlapped with generation, FIFO early termination; with N processes each collects its share of the batch")
     seamless_max_wave: int = opt(0, "MiMo seamless rollout: cap on prompts per wave (0 = half the step's prompts)")
     overlong_buffer: int = opt(0, "DAPO: L_cache of the soft overlong punishment (Eq. 13; L_max = --max-new-tokens); 0 = off")
@@ -143,12 +174,17 @@ class Config:
     token_budget: int = opt(0, "C3PO: Phi, training tokens per optimizer update (constant 1/Phi normaliser); 0 = off")
     entropy_coef: float = opt(0.0, "static entropy bonus alpha (Ring-lite: 5e-4)")
     adaptive_entropy: bool = opt(False, "Skywork-OR1: adaptive entropy control towards --entropy-target")
-    entropy_target: float = opt(0.2, "Skywork-OR1: target entropy (sampled-token NLL of the previous rollout)")
+    entropy_target: float = opt(0.2, "Skywork-OR1: target entropy (the sampled-token NLL of a rollout; which rollout: --entropy-timing)")
     entropy_delta: float = opt(1e-4, "Skywork-OR1: coefficient step Delta per training step")
     entropy_max: float = opt(5e-3, "Skywork-OR1: upper clamp of the entropy coefficient")
+    entropy_timing: str = opt("code", "Skywork-OR1: 'code' (released trainer: c updated with the previous rollout's estimate, then "
+                                      "alpha_k = c_k * 1{e_{k-1} < tgt}) or 'paper' (Eq. 3.2: alpha_k = c_k * 1{e_k <= tgt} with this "
+                                      "rollout's estimate, one extra forward pass, then c_{k+1} from e_k)")
     rejection_sampling: bool = opt(False, "Skywork-OR1: drop zero-advantage groups, no refill (the batch shrinks)")
     easy_pool_alpha: float = opt(0.0, "MiMo: all-correct prompts move to an easy pool, drawn with this probability per slot; 0 = off")
     curriculum: str = opt("", "staged training: 'skywork' (growing response length) or 'compass' (easy -> hard levels); '' = off")
+    online_filter: bool = opt(False, "Skywork-OR1: with --curriculum, drop at each stage start the prompts whose last group in "
+                                     "the previous stage was all correct (the skywork recipe turns it on; Compass-Thinker has none)")
     reward: str = opt("math", "reward: 'math' (the final answer wherever a careful grader looks, math-verify equivalence), "
                                "'math-strict' (last \\boxed{} only: Skywork-OR1's format rule), 'math-dapo' (DAPO's 'Answer:' line "
                                "and prompt), or code modes 'code' (all tests pass), 'code-strict', 'code-soft' (MiMo); see reward.py")
@@ -177,14 +213,29 @@ class Config:
             bad("curriculum", f"{self.curriculum!r} is not 'skywork', 'compass' or ''")
         if self.curriculum and self.easy_pool_alpha:
             bad("curriculum", "cannot be combined with --easy-pool-alpha (both choose the prompts)")
+        if self.online_filter and not self.curriculum:
+            bad("online-filter", "acts at curriculum stage starts: add --curriculum (or a recipe that has one)")
         if self.tis_cap < 0 or (self.tis_cap and self.tis_cap < 1):
             bad("tis-cap", f"must be 0 (off) or >= 1, got {self.tis_cap}")
         if self.tis_cap and self.rollout != "vllm":
             bad("tis-cap", "needs the sampling log-probs of --rollout vllm (the HF engine samples from the trainer's own model)")
+        if self.filter_metric not in ("auto", "acc", "score"):
+            bad("filter-metric", f"{self.filter_metric!r} is not 'auto', 'acc' or 'score'")
+        if self.filter_metric == "auto":  # resolved here, so config.json records what the run used
+            self.filter_metric = "score" if self.reward in ("code-strict", "code-soft") else "acc"
+        if self.gen_batch_factor < 1:
+            bad("gen-batch-factor", f"must be >= 1, got {self.gen_batch_factor}")
         if self.seamless and not self.dynamic_sampling:
             bad("seamless", "is a scheduler for dynamic sampling: add --dynamic-sampling (or a recipe that has it)")
         if self.reward not in ("math", "math-strict", "math-dapo", "code", "code-strict", "code-soft"):
             bad("reward", f"{self.reward!r} is not one of math, math-strict, math-dapo, code, code-strict, code-soft")
+        if self.entropy_timing not in ("code", "paper"):
+            bad("entropy-timing", f"{self.entropy_timing!r} is not 'code' or 'paper'")
+        if self.eval_samples < 0:
+            bad("eval-samples", f"must be >= 0, got {self.eval_samples}")
+        if self.eval_samples and not (self.eval_temperature > 0 and 0 < self.eval_top_p <= 1):
+            bad("eval-temperature", f"sampled evaluation needs temperature > 0 and 0 < top-p <= 1, got "
+                                    f"{self.eval_temperature} and {self.eval_top_p}")
         if self.reward_timeout <= 0:
             bad("reward-timeout", f"must be > 0 seconds, got {self.reward_timeout}")
         if self.dtype not in ("auto", "float32", "bf16-mixed", "bfloat16"):
@@ -512,7 +563,7 @@ def make_sampler(cfg: Config, train_set):
         mk = curriculum.skywork_stages if cfg.curriculum == "skywork" else curriculum.compass_stages
         base = cfg.max_new_tokens // 2 if cfg.curriculum == "skywork" else cfg.max_new_tokens
         stages = mk(cfg.max_steps, base, batch_size=cfg.batch_size // cfg.group_size, group_size=cfg.group_size)
-        return curriculum.Curriculum(stages, [ex.level for ex in train_set], seed=cfg.seed)
+        return curriculum.Curriculum(stages, [ex.level for ex in train_set], seed=cfg.seed, online_filter=cfg.online_filter)
     if cfg.easy_pool_alpha > 0:
         return resample.EasyPool(len(train_set), alpha=cfg.easy_pool_alpha, seed=cfg.seed)
     return PromptSampler(len(train_set), cfg.seed)
@@ -555,7 +606,8 @@ def setup(cfg: Config) -> Run:
                                  tok, model_path=resume_from or model_path,
                                  seed=cfg.seed, max_model_len=512 if not cfg.model else None,
                                  gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, enable_sleep=cfg.vllm_sleep)
-    ent_ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max) if cfg.adaptive_entropy else None
+    ent_ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max, timing=cfg.entropy_timing,
+                                       strict=cfg.entropy_timing == "code") if cfg.adaptive_entropy else None
     run = Run(cfg, accelerator, model, tok, ref_model, optimizer, engine, make_reward(cfg), make_sampler(cfg, train_set),
               ent_ctrl, train_set, eval_set, kind)
     if resume_from:
@@ -592,8 +644,9 @@ def setup(cfg: Config) -> Run:
 class Round:
     """One generation round on this process: prompts, their G completions each, rewards and correctness."""
 
-    def __init__(self, idx, exs, prompts, comps, rewards, correct, G):
+    def __init__(self, idx, exs, prompts, comps, rewards, correct, G, filt=None):
         self.idx, self.exs, self.prompts, self.comps, self.rewards, self.correct, self.G = idx, exs, prompts, comps, rewards, correct, G
+        self.filt = filt  # what dynamic sampling compares: correct (--filter-metric acc) or the unshaped rewards (score)
 
     def groups(self):  # one item per prompt, for dapo.DynamicSampler
         G = self.G
@@ -609,9 +662,10 @@ class Round:
 class Collector:
     """Steps 1-3 of a training step on this process: draw prompts, generate G completions each, score them.
 
-    Plain: one round of B prompts. Dynamic sampling (DAPO Alg. 1, dapo.py): rounds until B groups of mixed
-    correctness are kept (the first in generation order; the surplus is discarded). Seamless (MiMo Sec. 3.4.1,
-    seamless.py): the same groups, launched as the pass-rate estimate says, scored while others generate.
+    Plain: one round of B prompts. Dynamic sampling (DAPO Alg. 1, dapo.py): rounds of --gen-batch-factor x B prompts
+    until B mixed groups are kept (the first in generation order; the surplus is discarded); mixed = correctness
+    differs (--filter-metric acc) or the verifier's partial scores differ (score, the code-strict/soft default).
+    Seamless (MiMo Sec. 3.4.1, seamless.py): the same groups, launched as the pass-rate estimate says, scored while others generate.
     With N processes every process draws the same global prompt list (the samplers stay in lockstep) and keeps
     its share of whole groups. `observed` collects every generated group's pass rate, before any filter: MiMo's
     easy pool and the curriculum's online filter need the all-correct groups that dynamic sampling drops.
@@ -627,7 +681,8 @@ class Collector:
 
             self.seamless = seamless.SeamlessRollout(  # streaming with --rollout vllm (continuous batching), else waves
                 run.engine, run.reward_fn, self.cfg.group_size,
-                max_wave=max(4, self.cfg.seamless_max_wave or self.cfg.batch_size // self.cfg.group_size // 2))
+                max_wave=max(4, self.cfg.seamless_max_wave or self.cfg.batch_size // self.cfg.group_size // 2),
+                filter_metric=self.cfg.filter_metric)
 
     def take_prompts(self, step, n_global, strided=False):
         """This process's slice of the global draw: a contiguous block of whole groups, or (strided) every world-th
@@ -657,7 +712,8 @@ class Collector:
         comps = [c for g in run.engine.generate(prompts, G, sp) for c in g]  # (N,) prompt-major
         rewards, correct, rm = run.reward_fn([c.text for c in comps], [ex.answer for ex in exs for _ in range(G)])
         self.observed.extend(zip(idx, torch.tensor(correct, dtype=torch.float).view(-1, G).mean(1).tolist()))
-        return Round(idx, exs, prompts, comps, self.shape(comps, rewards, sp), correct, G), rm["reward/timeouts"]
+        filt = correct if self.cfg.filter_metric == "acc" else rewards
+        return Round(idx, exs, prompts, comps, self.shape(comps, rewards, sp), correct, G, filt), rm["reward/timeouts"]
 
     def collect(self, step, n_prompts, G, sp):
         """The step's batch on this process: (Round, reward timeouts, responses generated, technique metrics)."""
@@ -678,11 +734,12 @@ class Collector:
         ds = dapo.DynamicSampler(n_prompts // self.world, G, self.cfg.max_gen_rounds)
         n_gen, timeouts = 0, 0
         while True:
+            n_draw = n_prompts * self.cfg.gen_batch_factor  # verl gen_batch_size (DAPO recipe: 3 x the train batch)
             if ds.full:  # another process is still short: draw (and skip) its round to keep samplers in lockstep
-                self.take_prompts(step, n_prompts)
+                self.take_prompts(step, n_draw)
             else:
-                rnd, to = self.round(step, n_prompts, G, sp)
-                ds.add(rnd.groups(), torch.tensor(rnd.correct))  # raises after --max-gen-rounds
+                rnd, to = self.round(step, n_draw, G, sp)
+                ds.add(rnd.groups(), torch.tensor(rnd.filt, dtype=torch.float64))  # raises after --max-gen-rounds
                 n_gen, timeouts = n_gen + len(rnd.comps), timeouts + to
             if not self.acc.reduce(torch.tensor([0.0 if ds.full else 1.0], device=self.acc.device), "sum").item():
                 break
@@ -740,12 +797,43 @@ def advantages(cfg: Config, batch: Round, G: int, extra: dict):
     """Group-relative advantages (a group lives on one process, so this is exact) and the responses kept."""
     import curriculum
 
-    adv = grpo.group_advantages(torch.tensor(batch.rewards), G, scale_by_std=cfg.scale_adv_by_std)  # (N,)
+    adv = grpo.group_advantages(torch.tensor(batch.rewards, dtype=torch.float64), G, scale_by_std=cfg.scale_adv_by_std)  # (N,)
     keep = torch.ones(len(batch.comps), dtype=torch.bool)
-    if cfg.rejection_sampling:  # Skywork-OR1 Sec. 3.1: zero-advantage groups leave, nothing replaces them
+    if cfg.rejection_sampling:  # Skywork-OR1 Sec. 3.1: zero-advantage groups leave, nothing replaces them (on the
+        # rewards, so partial-credit groups with different scores stay whatever --filter-metric says)
         keep = curriculum.reject_zero_advantage(adv, G).repeat_interleave(G)
         extra["rollout/groups_kept_frac"] = keep.float().mean().item()
     return adv, keep
+
+
+def entropy_coef(run: Run, p_ids, r_ids, extra: dict) -> float:
+    """This step's entropy coefficient: Ring-lite's constant, or Skywork-OR1's adaptive alpha_k (entropy.py).
+
+    --entropy-timing code (Skywork's released trainer updates its controller after the actor update): the controller
+    is fed the previous rollout's sampled-token NLL e_{k-1}, updates c, then step k uses c_k * 1{e_{k-1} < tgt}; at
+    step 0 there is no estimate and alpha_0 = 0 (c_0 = 0). --entropy-timing paper (Eq. 3.2): e_k is this rollout's
+    NLL under pi_old, measured here by one extra forward pass over the kept responses (all processes' tokens), and
+    alpha_k = c_k * 1{e_k <= tgt} is used before c_{k+1} is computed. No kept response (rejection sampling): alpha 0,
+    the controller does not move.
+    """
+    ctrl = run.ent_ctrl
+    if ctrl is None:
+        return run.cfg.entropy_coef
+    e = rollout_nll(run, p_ids, r_ids) if run.cfg.entropy_timing == "paper" else run.last_nll
+    if e is None:
+        extra["policy/entropy_coef"] = 0.0
+        return 0.0
+    alpha = ctrl.step(e)
+    extra.update(ctrl.metrics())
+    return alpha
+
+
+def rollout_nll(run: Run, p_ids, r_ids) -> float | None:
+    """-mean log pi_old over the response tokens of every process's kept responses (Skywork's entropy estimate)."""
+    lps = old_logprobs(run.cfg, run.model, run.tok, p_ids, r_ids, run.accelerator.device) if r_ids else []
+    t = torch.tensor([-sum(lp.sum().item() for lp in lps), float(sum(len(lp) for lp in lps))], dtype=torch.float64)
+    s = run.accelerator.reduce(t.to(run.accelerator.device), "sum").tolist()
+    return s[0] / s[1] if s[1] else None
 
 
 def tokens_that_count(cfg: Config, mb: list[int], r_ids, truncated, world: int):
@@ -840,7 +928,8 @@ def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_i
             # (a) the tokens that count, and the mini-batch's global normalisers
             n_tok, kept, budget_metrics = tokens_that_count(cfg, mb, r_ids, truncated, world)
             log.extra = budget_metrics if mb else log.extra
-            counts = accelerator.reduce(torch.tensor([float(len(mb)), float(sum(n_tok))], device=device), "sum").cpu() / world
+            n_seq = float(sum(n > 0 for n in n_tok))  # responses with a token in the loss (verl; grpo.aggregate)
+            counts = accelerator.reduce(torch.tensor([n_seq, float(sum(n_tok))], device=device), "sum").cpu() / world
             seqs, toks = max(counts[0].item(), 1e-9), max(counts[1].item(), 1e-9)
             # (b) the loss of each micro-batch, gradients accumulated (DDP all-reduces once, on the last)
             micro = split_micro(mb, p_ids, r_ids, cfg.micro_batch_size, cfg.micro_batch_tokens)
@@ -963,21 +1052,27 @@ def step_stats(accelerator, batch, G, timeouts, n_gen) -> dict:
             "_tokens": s[4].item()}
 
 
-def run_eval(run: Run, step: int) -> dict | None:
-    """Held-out greedy accuracy (main process); completions to samples.jsonl; the row joins run.evals."""
+def run_eval(run: Run, step: int, sampled: bool = False) -> dict | None:
+    """Held-out greedy accuracy, and with `sampled` avg@k / pass@k (k = --eval-samples, at --eval-temperature and
+    --eval-top-p: each recipe sets its paper's), on the main process; completions to samples.jsonl; the row joins
+    run.evals. The loop samples at the first and the final evaluation only (k x the problems' generations each)."""
     from evaluate import evaluate
 
     if not run.accelerator.is_main_process and not is_sharded(run.accelerator):
         return None
+    cfg = run.cfg
+    k = cfg.eval_samples if sampled else 0
     with torch.random.fork_rng():  # evaluation never shifts the training sampling stream
-        res = evaluate(run.engine, run.tok, run.eval_set, run.reward_fn, max_new_tokens=run.cfg.max_new_tokens, n_show=8,
+        torch.manual_seed(cfg.seed + 7919)  # the same sampled evaluation before and after, whatever came between
+        res = evaluate(run.engine, run.tok, run.eval_set, run.reward_fn, samples=k, ks=(1, k) if k else (1,),
+                       temperature=cfg.eval_temperature, top_p=cfg.eval_top_p, max_new_tokens=cfg.max_new_tokens, n_show=8,
                        kind=run.kind)
-    if not run.accelerator.is_main_process:  # FSDP: every process ran the same greedy evaluation, in lockstep
+    if not run.accelerator.is_main_process:  # FSDP: every process ran the same evaluation, in lockstep
         return None
-    run.accelerator.log({f"eval/{k}": v for k, v in res.items() if isinstance(v, (int, float))}, step=step)
-    with open(os.path.join(run.cfg.output_dir, "samples.jsonl"), "a") as f:
+    run.accelerator.log({f"eval/{key}": v for key, v in res.items() if isinstance(v, (int, float))}, step=step)
+    with open(os.path.join(cfg.output_dir, "samples.jsonl"), "a") as f:
         f.writelines(json.dumps({"step": step, **s}, default=str) + "\n" for s in res.pop("samples"))
-    row = {"step": step, **{f"eval/{k}": v for k, v in res.items()}}
+    row = {"step": step, **{f"eval/{key}": v for key, v in res.items()}}
     run.evals.append(row)
     return row
 
@@ -990,10 +1085,17 @@ def finish(run: Run, wall_time_s: float):
     summary = {"accuracy_before": before["eval/accuracy"], "accuracy_after": after["eval/accuracy"],
                "wall_time_s": wall_time_s, "steps": run.cfg.max_steps, "recipe": run.cfg.recipe,
                "eval_problems": len(run.eval_set), "before": before, "after": after}
+    k, avg = run.cfg.eval_samples, f"eval/avg@{run.cfg.eval_samples}"
+    if avg in before and avg in after:
+        summary.update({f"avg@{k}_before": before[avg], f"avg@{k}_after": after[avg],
+                        f"pass@{k}_before": before[f"eval/pass@{k}"], f"pass@{k}_after": after[f"eval/pass@{k}"]})
     with open(os.path.join(run.cfg.output_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     plot_curves(run.history, run.evals, os.path.join(run.cfg.output_dir, "curves.png"))
-    print(f"held-out greedy accuracy: {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} "
+    sampled = (f"; avg@{k} {summary[f'avg@{k}_before']:.3f} -> {summary[f'avg@{k}_after']:.3f}, pass@{k} "
+               f"{summary[f'pass@{k}_before']:.3f} -> {summary[f'pass@{k}_after']:.3f} (T {run.cfg.eval_temperature}, "
+               f"top-p {run.cfg.eval_top_p})") if f"avg@{k}_before" in summary else ""
+    print(f"held-out greedy accuracy: {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f}{sampled} "
           f"({len(run.eval_set)} problems, {wall_time_s:.0f}s); run directory: {run.cfg.output_dir}")
 
 
@@ -1010,7 +1112,7 @@ def main(argv=None):
     if not run.evals:
         if acc.is_main_process:
             print(f"evaluating the initial policy on {len(run.eval_set)} held-out problems ...", flush=True)
-        run_eval(run, 0)
+        run_eval(run, 0, sampled=True)
     bar = tqdm(range(run.start_step, cfg.max_steps), initial=run.start_step, total=cfg.max_steps,
                disable=not acc.is_main_process, dynamic_ncols=True)
     for step in bar:
@@ -1029,15 +1131,12 @@ def main(argv=None):
 
         # 4. group-relative advantages (Skywork's rejection sampling drops zero-advantage groups)
         adv, keep = advantages(cfg, batch, G, extra)
-        alpha = cfg.entropy_coef
-        if run.ent_ctrl is not None:  # Skywork-OR1 Eq. 3.2 with its code's timing: e is the previous rollout's NLL
-            alpha = run.ent_ctrl.step(run.last_nll) if run.last_nll is not None else 0.0
-            extra.update(run.ent_ctrl.metrics() if run.last_nll is not None else {"policy/entropy_coef": 0.0})
-
-        # 5. mu optimizer updates over mini-batches of the rollout batch
         sel = keep.nonzero().flatten().tolist()
         p_ids = [tok(batch.prompts[i // G], add_special_tokens=False)["input_ids"] for i in sel]
         r_ids = [batch.comps[i].token_ids for i in sel]
+        alpha = entropy_coef(run, p_ids, r_ids, extra)  # Ring-lite's constant or Skywork-OR1's alpha_k
+
+        # 5. mu optimizer updates over mini-batches of the rollout batch
         engine_lp = [batch.comps[i].logprobs for i in sel] if cfg.tis_cap else None
         if cfg.vllm_sleep and hasattr(engine, "sleep"):  # colocated on one GPU: give training the KV-cache memory
             engine.sleep()  # sync_weights / generate wake it up again
@@ -1067,7 +1166,7 @@ def main(argv=None):
                              "entropy": run.ent_ctrl.state_dict() if run.ent_ctrl else None, "last_nll": run.last_nll,
                              "wall_time_s": run.wall_before + time.time() - t_start, "config": dataclasses.asdict(cfg)})
     bar.close()
-    run_eval(run, cfg.max_steps)
+    run_eval(run, cfg.max_steps, sampled=True)
     collector.close()
     if hasattr(run.reward_fn, "close"):
         run.reward_fn.close()

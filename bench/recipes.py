@@ -28,8 +28,8 @@ def main():
     ap.add_argument("--out", default="runs/bench_recipes")
     ap.add_argument("rest", nargs="*", help="extra train.py arguments (after --)")
     a = ap.parse_args()
-    lines = ["| recipe | accuracy before | accuracy after | gain | wall time (s) | technique metrics (mean over steps) |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| recipe | μ | accuracy before | accuracy after | gain | avg@k before → after (T, top-p) | wall time (s) "
+             "| technique metrics (mean over steps) |", "|---|---|---|---|---|---|---|---|"]
     for r in a.recipes.split(","):
         out = os.path.join(a.out, r)
         hist = train.main(["--recipe", r, "--output-dir", out, *a.rest])
@@ -39,8 +39,13 @@ def main():
             vals = [h[k] for h in hist if isinstance(h.get(k), (int, float))]
             if vals and (k != "policy/clip_frac_low" or r in ("dapo", "mimo", "compass")):
                 tech.append(f"{title} {sum(vals) / len(vals):.3g}" + (f" (last {vals[-1]:.3g})" if k in ("data/stage", "data/easy_pool_size", "data/dropped_total") else ""))
-        lines.append(f"| {r} | {s['accuracy_before']:.3f} | {s['accuracy_after']:.3f} | {s['accuracy_after'] - s['accuracy_before']:+.3f} "
-                     f"| {s['wall_time_s']:.0f} | {', '.join(tech)} |")
+        cfg = json.load(open(os.path.join(out, "config.json")))
+        mu = cfg["epochs"] * cfg["batch_size"] // cfg["mini_batch_size"]
+        k = cfg["eval_samples"]
+        avg = (f"avg@{k} {s[f'avg@{k}_before']:.3f} → {s[f'avg@{k}_after']:.3f} ({cfg['eval_temperature']}, {cfg['eval_top_p']})"
+               if f"avg@{k}_before" in s else "–")
+        lines.append(f"| {r} | {mu} | {s['accuracy_before']:.3f} | {s['accuracy_after']:.3f} | {s['accuracy_after'] - s['accuracy_before']:+.3f} "
+                     f"| {avg} | {s['wall_time_s']:.0f} | {', '.join(tech)} |")
         print("\n".join(lines), flush=True)
 
 

@@ -60,7 +60,7 @@ def test_within_a_level_prompts_walk_epoch_permutations():
 def test_online_filter_drops_last_perfect_prompts_at_stage_start():
     levels = [3] * 6
     cur = Curriculum([Stage(2, level_weights=(0, 0, 1, 0, 0)), Stage(4, level_weights=(0, 0, 1, 0, 0)), Stage(6)],
-                     levels)
+                     levels, online_filter=True)
     cur.next_batch(0, 6)
     cur.observe([0, 1, 2, 3], [1.0, 0.5, 1.0, 1.0])
     cur.observe([3], [0.75])  # 3's LAST accuracy in stage 0 is 0.75: kept
@@ -73,13 +73,14 @@ def test_online_filter_drops_last_perfect_prompts_at_stage_start():
     cur.observe([1], [1.0])  # perfect in stage 1: dropped only when stage 2 starts
     assert 1 in cur.next_batch(3, 40)[0]
     assert 1 not in cur.next_batch(4, 40)[0] and cur.dropped == {0, 1, 2}
-    off = Curriculum([Stage(1), Stage(2)], levels, online_filter=False)
+    off = Curriculum([Stage(1), Stage(2)], levels)  # off by default: Skywork-OR1's, not Compass-Thinker's
     off.observe([0], [1.0])
     assert 0 in off.next_batch(1, 40)[0]
 
 
 def test_filter_exhausting_the_weighted_levels_raises():
-    cur = Curriculum([Stage(1, level_weights=(1, 0, 0, 0, 0)), Stage(2, level_weights=(1, 0, 0, 0, 0))], LEVELS)
+    cur = Curriculum([Stage(1, level_weights=(1, 0, 0, 0, 0)), Stage(2, level_weights=(1, 0, 0, 0, 0))], LEVELS,
+                     online_filter=True)
     cur.observe([0, 1], [1.0, 1.0])
     with pytest.raises(RuntimeError, match="no prompts left"):
         cur.next_batch(1)

@@ -113,6 +113,16 @@ def test_filter_uses_correctness_not_shaped_reward():
     assert dapo.filter_groups([False, False], 2).tolist() == [False]
 
 
+def test_filter_on_partial_scores_keeps_groups_without_a_full_pass():
+    # MiMo's code rewards: no response passes every test; partial scores 0.1 vs 1/3 differ -> kept under metric=score
+    scores = [0.1, 0.1, 1 / 3, 0.1, 0.7, 0.7, 0.7, 0.7, 0.0, 0.0, 0.0, 0.0]
+    correct = [False] * 12
+    assert dapo.filter_groups(correct, 4).tolist() == [False, False, False]
+    assert dapo.filter_groups(scores, 4).tolist() == [True, False, False]
+    s = dapo.DynamicSampler(target_groups=1, group_size=4)
+    assert s.add(["a", "b", "c"], torch.tensor(scores, dtype=torch.float64)) and s.take() == ["a"]
+
+
 def _stub_round(rng, n_groups, g, p_correct):
     groups, correct = [], []
     for _ in range(n_groups):

@@ -56,26 +56,30 @@ E = [0.3, 0.1, 0.1, 0.1, 0.2, 0.3, 0.1]  # the scripted entropy estimates e_0..e
 # Delta = 0.125, clamp [0, 0.25] (exact in binary). c_k before each step, by hand:
 #   paper equality (strict=False, c unchanged at e = tgt): 0, 0, .125, .25, .25(clamped), .25, .125 -> final .25
 #   code  equality (strict=True,  c decreases at e = tgt): 0, 0, .125, .25, .25, .125, 0          -> final .125
-EXPECTED = {  # (lag, strict) -> alpha_k
-    (False, False): [0, 0, 0.125, 0.25, 0.25, 0, 0.125],  # alpha_k = c_k * 1{e_k <= tgt}           (paper Eq. 3.2)
-    (True, False): [0, 0, 0.125, 0.25, 0.25, 0.25, 0],    # alpha_k = c_k * 1{e_{k-1} <= tgt}
-    (False, True): [0, 0, 0.125, 0.25, 0, 0, 0],          # alpha_k = c_k * 1{e_k < tgt}
-    (True, True): [0, 0, 0.125, 0.25, 0.25, 0, 0],        # alpha_k = c_k * 1{e_{k-1} < tgt}         (released code)
+# code timing ("update, then use"), the i-th call fed e_i: c after the update, then alpha = c * 1{e_i on}:
+#   strict (code):      c = 0, .125, .25, .25, .125, 0, .125 -> alpha 0, .125, .25, .25, 0 (0.2 < 0.2 off), 0, .125
+#   non-strict:         c = 0, .125, .25, .25, .25, .125, .25 -> alpha 0, .125, .25, .25, .25, 0, .25
+EXPECTED = {  # (timing, strict) -> alpha per call
+    ("paper", False): [0, 0, 0.125, 0.25, 0.25, 0, 0.125],  # alpha_k = c_k * 1{e_k <= tgt}        (paper Eq. 3.2)
+    ("paper", True): [0, 0, 0.125, 0.25, 0, 0, 0],          # alpha_k = c_k * 1{e_k < tgt}
+    ("code", False): [0, 0.125, 0.25, 0.25, 0.25, 0, 0.25],
+    ("code", True): [0, 0.125, 0.25, 0.25, 0, 0, 0.125],    # c updated by e_{k-1}, then c * 1{e_{k-1} < tgt} (code)
 }
 
 
-@pytest.mark.parametrize("lag,strict", list(EXPECTED))
-def test_adaptive_controller_follows_script(lag, strict):
-    ctrl = entropy.AdaptiveEntropy(target=0.2, delta=0.125, c_min=0.0, c_max=0.25, lag=lag, strict=strict)
-    assert [ctrl.step(e) for e in E] == EXPECTED[(lag, strict)]
+@pytest.mark.parametrize("timing,strict", list(EXPECTED))
+def test_adaptive_controller_follows_script(timing, strict):
+    ctrl = entropy.AdaptiveEntropy(target=0.2, delta=0.125, c_min=0.0, c_max=0.25, timing=timing, strict=strict)
+    assert [ctrl.step(e) for e in E] == EXPECTED[(timing, strict)]
     assert ctrl.c == (0.125 if strict else 0.25)
     assert ctrl.metrics()["policy/entropy_coef_c"] == ctrl.c
 
 
 def test_adaptive_defaults_and_measure():
     ctrl = entropy.AdaptiveEntropy()
-    assert (ctrl.target, ctrl.delta, ctrl.c, ctrl.c_min, ctrl.c_max, ctrl.lag, ctrl.strict, ctrl.estimate) == (
-        0.2, 1e-4, 0.0, 0.0, 0.005, False, False, "nll")
+    assert (ctrl.target, ctrl.delta, ctrl.c, ctrl.c_min, ctrl.c_max, ctrl.timing, ctrl.strict, ctrl.estimate) == (
+        0.2, 1e-4, 0.0, 0.0, 0.005, "paper", False, "nll")
+    assert entropy.AdaptiveEntropy(c0=0.3).c == 0.3  # c_0 is not clamped (Skywork's code clamps after updates only)
     for _ in range(100):
         ctrl.step(0.1)
     assert ctrl.c == pytest.approx(0.005)  # ramps at Delta per step, clamped at c_max
@@ -88,11 +92,11 @@ def test_adaptive_defaults_and_measure():
 
 
 def test_adaptive_state_dict_resumes_exactly():
-    full = entropy.AdaptiveEntropy(delta=0.125, c_max=0.25, lag=True, strict=True)
+    full = entropy.AdaptiveEntropy(delta=0.125, c_max=0.25, timing="code", strict=True)
     ref = [full.step(e) for e in E]
-    a = entropy.AdaptiveEntropy(delta=0.125, c_max=0.25, lag=True, strict=True)
+    a = entropy.AdaptiveEntropy(delta=0.125, c_max=0.25, timing="code", strict=True)
     first = [a.step(e) for e in E[:3]]
-    b = entropy.AdaptiveEntropy(delta=0.125, c_max=0.25, lag=True, strict=True)
+    b = entropy.AdaptiveEntropy(delta=0.125, c_max=0.25, timing="code", strict=True)
     b.load_state_dict(json.loads(json.dumps(a.state_dict())))
     assert first + [b.step(e) for e in E[3:]] == ref
     assert not math.isnan(b.c)

@@ -27,6 +27,26 @@ def test_all_equal_group_gives_zeros_not_nan():
         assert torch.equal(a, torch.zeros(8)) and not torch.isnan(a).any()
 
 
+@pytest.mark.parametrize("v", [0.1, 1 / 3, 0.7, 0.3, 1e6 + 0.1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("G", [3, 4, 8, 16])
+def test_equal_rewards_give_exactly_zero_for_any_value(v, dtype, G):
+    # float32 statistics gave +0.06 on an all-0.7 group (mean's rounding error / (0 + 1e-6)); now exactly zero
+    for scale in (True, False):
+        a = grpo.group_advantages(torch.full((2 * G,), v, dtype=dtype), G, scale_by_std=scale)
+        assert torch.equal(a, torch.zeros(2 * G))
+
+
+def test_advantages_match_float64_reference():
+    g = torch.Generator().manual_seed(0)
+    r = torch.rand(64 * 8, generator=g, dtype=torch.float64) * 0.9 + 0.05  # partial-credit-like rewards
+    ref = r.view(-1, 8)
+    ref = ((ref - ref.mean(1, keepdim=True)) / (ref.std(1, keepdim=True) + 1e-6)).view(-1)
+    a = grpo.group_advantages(r, 8)
+    assert a.dtype == torch.float32
+    assert torch.equal(a, ref.float())  # the float64 result, rounded once (float32 statistics: off by up to ~4e-7)
+
+
 def test_dr_grpo_mean_only():
     a = grpo.group_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), 4, scale_by_std=False)
     assert torch.allclose(a, torch.tensor([0.75, -0.25, -0.25, -0.25]))
@@ -97,6 +117,22 @@ def test_aggregation_modes_hand():
     assert torch.allclose(whole, parts)
     with pytest.raises(ValueError):
         grpo.aggregate(loss, mask, "nope")
+
+
+@pytest.mark.parametrize("mode", ["seq-mean-token-mean", "seq-mean-token-sum"])
+def test_fully_masked_rows_leave_the_sequence_mean(mode):
+    # row 1 is fully masked (overlong filter): the mean is over rows 0 and 2 (verl), not over 3 rows (TRL)
+    import c3po
+    import dapo
+    import entropy
+
+    loss = torch.tensor([[1.0, 3.0, 0.0], [5.0, 5.0, 5.0], [2.0, 2.0, 2.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 1, 1]])
+    want = {"seq-mean-token-mean": (2.0 + 2.0) / 2, "seq-mean-token-sum": (4.0 + 6.0) / 2}[mode]
+    for agg in (grpo.aggregate, dapo.aggregate, entropy.aggregate, c3po.aggregate):
+        assert agg(loss, mask, mode).item() == want
+        assert agg(loss, mask, mode).item() == agg(loss[[0, 2]], mask[[0, 2]], mode).item()  # = dropping the row
+        assert agg(loss, torch.zeros_like(mask), mode).item() == 0.0  # nothing in the loss: 0, not NaN
 
 
 def test_ratio_one_gradient_equals_reinforce():

@@ -30,16 +30,18 @@ CONFIGS = {
     "mimo-easy-pool-seamless": ["--recipe", "mimo", "--seamless"],
 }
 PINS = {  # name: (sha256 of the final weights, sha256 of the metrics without timings)
-    # Re-recorded for --logprob-chunk 256 (log-probs from the LM head in chunks: the same values up to float rounding);
-    # with --logprob-chunk 0 the runs gave the previous pins (--micro-batch-tokens 4096) bit for bit.
+    # Re-recorded after the changes meant to move numbers: length-sorted micro-batches (--micro-batch-tokens),
+    # chunked LM-head log-probs (--logprob-chunk), float64 advantages, sequence means over non-empty rows, Skywork's
+    # entropy timing, sampled evaluation, the recipes' mu / gen-batch factor / online filter. Each branch checked
+    # first that with its change switched off it reproduced the previous pins bit for bit.
     "grpo-offpolicy-kl": ("5767d41c967dfdcb0939bda6be4b415db2d04d3811b49d502551de8e67642158",
         "5023386b779dc66ae3ed8836ab243fdc9aaecf5b81e13338fa928adb24dbda0e"),
     "c3po-budget-entropy": ("560e28181b67a77df450d67824c595361384cfb0ab062ff42425472e59e68f6f",
         "f5992f43c654f694a75b125916288b0ff6741a85979557bda734581405473938"),
-    "dapo-dynamic-overlong": ("2a4c8da05dc41dd58e1c5217626b3492f977f73a20d2028d79042d0ea49d653c",
-        "a594d60f2c68b6e18599234c63770da490fc6880ef9cc95f5b44f8c1095a8b27"),
-    "skywork-stages": ("d4b0adf75a1022c8ccd1bf154bd9e6bcd718314ca7000c1b15e202f34f2af38d",
-        "ed3b14eb0322266e6c818afa5b3b37e8b42f3480a8e7e7aa79dd781c42b87b2b"),
+    "dapo-dynamic-overlong": ("917c0ae2c7d08010d888642f8a7ad746ff9c7ebd0c7ae25b8af9e41c2df33ed9",
+        "bff78cb2931c134b0e4cabaf22109d3397b23b9a7f2b69343e743b9bd387a37c"),
+    "skywork-stages": ("3482a50273d94558b6699629dff80c63ad351a31f2fd921cccc713d8211f897a",
+        "f1ff8522c14c3b5ee096d9ae495e3b7f092c79af82613459529b64fbf157b2e6"),
     "mimo-easy-pool-seamless": ("126c48e95690dd826b9e722586099cd25cb0967bc2faca30eceff30b68d7c945",
         "c6ad5eb28395639413c392d54488d86da57bcb8ec5be2ffb2ae8b231ba4cfd8e"),
 }

@@ -339,3 +339,26 @@ def test_age_aware_prediction_cuts_the_surplus():
                 surplus.append(sr.last_metrics["rollout/surplus_waste"])
         res[aware] = sum(surplus) / len(surplus)
     assert res[True] < 0.7 * res[False], res  # measured 0.23 vs 0.44
+
+
+class PartialScore(StubScore):
+    """Never correct; the score is a partial credit that differs inside the groups of even prompts."""
+
+    def __call__(self, texts, golds):
+        scores = [0.25 * (int(t.split("|")[1]) % 2 == 0) * (k % 2) for k, t in enumerate(texts)]
+        return scores, [False] * len(texts), {"reward/timeouts": 0}
+
+
+def test_score_metric_keeps_partial_credit_groups():
+    # no group has a full pass: the acc filter finds nothing, the score filter keeps the groups whose scores differ
+    acc = seamless.SeamlessRollout(ScriptEngine(pattern("w")), PartialScore(workers=0), G, min_wave=2, max_wave=8,
+                                   max_groups=16)
+    with pytest.raises(RuntimeError, match="mixed"):
+        acc.collect(Prompts(), 4, SP)
+    sr = seamless.SeamlessRollout(ScriptEngine(pattern("w")), PartialScore(workers=0), G, min_wave=2, max_wave=8,
+                                  filter_metric="score")
+    groups = sr.collect(Prompts(), 4, SP)
+    assert [g[0] for g in groups] == [0, 2, 4, 6] and all(not any(g[5]) for g in groups)
+    assert all(len(set(g[4])) > 1 for g in groups)
+    with pytest.raises(ValueError):
+        seamless.SeamlessRollout(ScriptEngine(pattern("w")), PartialScore(), G, filter_metric="reward")

@@ -66,6 +66,10 @@ def test_every_recipe_runs_two_steps(trained_model_path, tmp_path, recipe):
         assert cfg[k] == v, (recipe, k)
     if cfg["dynamic_sampling"]:
         assert all(r["rollout/frac_zero_std"] == 0.0 for r in hist)  # no zero-std group reaches the update
+    if recipe == "dapo":  # each round draws 3 x the step's 4 prompts (verl gen_batch_size), G = 4 each
+        assert all(r["rollout/generated"] == r["rollout/gen_rounds"] * 3 * 16 for r in hist)
+    if recipe == "compass":  # stages switch at step 1 of 2; Compass-Thinker drops no solved prompts (Skywork's filter)
+        assert not cfg["online_filter"] and hist[-1]["data/stage"] > 0 and hist[-1]["data/dropped_total"] == 0
     if recipe == "mimo":  # all-correct groups, dropped by dynamic sampling, still reach the easy pool
         assert hist[-1]["data/easy_pool_size"] > 0
 
@@ -175,3 +179,86 @@ def test_length_sorted_micro_batches_give_the_one_batch_gradient(tiny_model_path
     assert len(train.split_micro(list(range(16)), p_ids, r_ids, 16, 120)) >= 3
     assert torch.allclose(grads[0], grads[1], rtol=1e-9, atol=1e-12)
     assert grads[0].abs().sum() > 0
+
+
+# Skywork-OR1's controller as train.py wires it, against hand-computed traces (target 0.2, Delta 1e-3, clamp [0, 5e-3]).
+# Rollout NLLs e_0..e_4 = 0.3, 0.1, 0.1, 0.25, 0.1.
+#   code timing (released trainer, update after the actor step): step k feeds e_{k-1}, updates c, uses c * 1{e_{k-1} < tgt}
+#     step 0: no estimate -> 0;  1: e=.3, c=0 (clamped) -> 0;  2: e=.1, c=1e-3 -> 1e-3;  3: e=.1, c=2e-3 -> 2e-3;
+#     4: e=.25, c=1e-3, off -> 0
+#   paper timing (Eq. 3.2): step k uses c_k * 1{e_k <= tgt}, then c_{k+1} from e_k
+#     0: c=0 -> 0 (c -> 0);  1: c=0 -> 0 (c -> 1e-3);  2: 1e-3 (c -> 2e-3);  3: e=.25 off -> 0 (c -> 1e-3);  4: 1e-3
+NLLS = [0.3, 0.1, 0.1, 0.25, 0.1]
+TRACE = {"code": [0.0, 0.0, 1e-3, 2e-3, 0.0], "paper": [0.0, 0.0, 1e-3, 0.0, 1e-3]}
+
+
+@pytest.mark.parametrize("timing", ["code", "paper"])
+def test_entropy_coefficient_wiring_follows_hand_trace(timing, monkeypatch):
+    import types
+
+    import entropy
+
+    cfg = train.parse_config(["--recipe", "skywork", "--entropy-delta", "1e-3", "--entropy-timing", timing])
+    ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max, timing=cfg.entropy_timing,
+                                   strict=cfg.entropy_timing == "code")
+    run_ = types.SimpleNamespace(cfg=cfg, ent_ctrl=ctrl, last_nll=None)
+    k = [0]
+    monkeypatch.setattr(train, "rollout_nll", lambda run, p, r: NLLS[k[0]])  # paper timing: this rollout's NLL
+    got = []
+    for k[0] in range(len(NLLS)):
+        got.append(train.entropy_coef(run_, [], [], {}))
+        run_.last_nll = NLLS[k[0]]  # what step 5 leaves for the next step (code timing)
+    assert got == pytest.approx(TRACE[timing], abs=1e-12)
+
+
+def test_entropy_timings_feed_previous_vs_current_rollout(trained_model_path, tmp_path):
+    # target 100: the bonus is always on and c ramps by Delta per step in both timings, so the two runs are the same
+    # run; the estimate logged at step k must be rollout k-1's NLL (code) or rollout k's own (paper)
+    rows = {t: run(trained_model_path, tmp_path / t, "--recipe", "skywork", "--max-steps", "3", "--entropy-target", "100",
+                   "--entropy-delta", "1e-3", "--entropy-timing", t, "--no-rejection-sampling") for t in ("code", "paper")}
+    assert [r["policy/entropy_coef"] for r in rows["code"]] == pytest.approx([0.0, 1e-3, 2e-3])
+    assert [r["policy/entropy_coef"] for r in rows["paper"]] == pytest.approx([0.0, 1e-3, 2e-3])
+    assert "policy/entropy_estimate" not in rows["code"][0]
+    for k in (1, 2):
+        assert rows["code"][k]["policy/entropy_estimate"] == pytest.approx(rows["paper"][k - 1]["policy/entropy_estimate"], rel=1e-5)
+    assert rows["paper"][0]["policy/entropy_estimate"] > 0
+
+
+@pytest.mark.parametrize("reward,metric", [("math", "acc"), ("math-strict", "acc"), ("code", "acc"),
+                                           ("code-strict", "score"), ("code-soft", "score")])
+def test_filter_metric_default_follows_the_reward(reward, metric):
+    assert train.parse_config(["--reward", reward]).filter_metric == metric
+    assert train.parse_config(["--reward", reward, "--filter-metric", "acc"]).filter_metric == "acc"
+
+
+def test_partial_credit_groups_are_kept_by_dynamic_sampling(trained_model_path, tmp_path, monkeypatch):
+    # a verifier that never says "correct" but gives partial credit that differs within a group (as code-strict /
+    # code-soft do for a program passing some tests): the acc filter can keep nothing, the score filter keeps them
+    def partial(texts, golds):
+        return [0.5 * (len(t) % 2) for t in texts], [False] * len(texts), {"reward/timeouts": 0}
+
+    monkeypatch.setattr(train, "make_reward", lambda cfg: partial)
+    hist = run(trained_model_path, tmp_path / "score", "--dynamic-sampling", "--filter-metric", "score", "--max-steps", "1")
+    assert hist[0]["rollout/accuracy"] == 0.0 and hist[0]["rollout/frac_zero_std"] == 0.0 and hist[0]["reward/std"] > 0
+    with pytest.raises(RuntimeError, match="mixed correctness"):
+        run(trained_model_path, tmp_path / "acc", "--dynamic-sampling", "--filter-metric", "acc", "--max-steps", "1",
+            "--max-gen-rounds", "2")
+
+
+@pytest.mark.parametrize("recipe,T,top_p", [("dapo", 1.0, 0.7), ("mimo", 0.6, 0.95), ("grpo", 1.0, 1.0)])
+def test_sampled_evaluation_at_the_recipes_settings(trained_model_path, tmp_path, monkeypatch, recipe, T, top_p):
+    # avg@k / pass@k at the paper's T and top-p, at the first and final evaluations only; greedy at every one
+    import evaluate
+
+    calls, real = [], evaluate.evaluate
+    monkeypatch.setattr(evaluate, "evaluate", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    out = tmp_path / recipe
+    run(trained_model_path, out, "--recipe", recipe, "--max-steps", "2", "--eval-every", "1", "--eval-samples", "3",
+        "--max-gen-rounds", "20")
+    assert [c["samples"] for c in calls] == [3, 0, 3]  # step 0, step 1 (greedy only), final
+    assert all((c["temperature"], c["top_p"]) == (T, top_p) for c in calls)
+    s = json.load(open(out / "summary.json"))
+    for when in ("before", "after"):
+        avg, pas = s[f"avg@3_{when}"], s[f"pass@3_{when}"]
+        assert 0 <= avg <= pas <= 1 and s[when]["eval/pass@1"] == pytest.approx(avg)  # pass@1 is avg@k (unbiased)
+        assert avg * 12 * 3 == pytest.approx(round(avg * 12 * 3))  # a count of correct samples out of 12 x 3
