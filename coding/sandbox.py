@@ -268,6 +268,8 @@ if cfg["ns"]:
         _fresh_root()
     except OSError as e:   # a mkdir, symlink or mknod refused
         _fail("fresh root: %s" % e)
+    if not os.path.exists(sys.executable):   # a venv under /tmp (covered by the private /tmp): run its interpreter
+        sys.executable = cfg["executable"]   # by the real path, inside the bound installation
 L = cfg["limits"]
 for name, value in (("RLIMIT_AS", L["memory_bytes"]), ("RLIMIT_FSIZE", L["file_bytes"]),
                     ("RLIMIT_NPROC", L["nproc"]), ("RLIMIT_NOFILE", L["nofile"]), ("RLIMIT_CORE", 0)):
@@ -398,7 +400,8 @@ def _fresh_root() -> dict | None:
       /lib64 -> usr/lib64, the venv's bin/python -> ...), so both resolve as on the host; /dev/fd,
       /dev/stdin|stdout|stderr -> /proc/self/fd/..., and /dev/shm -> /tmp (POSIX semaphores).
     None when the installation lives where the fresh root puts its own /tmp, /proc or /dev; links
-    there are dropped (a venv under /tmp: its bin/python cannot be run again inside).
+    there are dropped (a venv under /tmp: inside, sys.executable becomes the interpreter's real path,
+    in the bound installation, so subprocess and multiprocessing still find it).
     """
     libs = set()
     with open("/proc/self/maps") as f:  # where this process's libc actually came from
@@ -648,6 +651,7 @@ def _execute(iso: dict, uid: int | None, code: str, stdin: str, fn_name: str | N
         plan = iso["_root"] if iso["namespaces"] else None
         cfg = {"ns": plan is not None, "uid": uid, "workdir": workdir, "tmpfs_bytes": limits.tmpfs_bytes,
                "binds": plan and plan["binds"], "links": plan and plan["links"],
+               "executable": os.path.realpath(sys.executable),
                "pivot_root": _ARCH[os.uname().machine][2] if plan else None,
                "seccomp": _seccomp_filter() if iso["seccomp"] else None, "limits": _limit_dict(limits),
                "cgroups": _slot_cgroups(iso, uid, limits) if uid is not None else [],
