@@ -1,4 +1,5 @@
-"""Rollout throughput: HF generate (HFEngine) vs vLLM (VLLMEngine) on the tiny model, and vLLM's weight-sync time.
+"""Rollout throughput: HF generate (HFEngine), its fast decode loop (FastEngine) and vLLM (VLLMEngine) on the tiny
+model, and vLLM's weight-sync time.
 
     python bench/engines.py                              # 32 prompts x 8 samples x 64 new tokens, temperature 1
     python bench/engines.py --prompts 64 --samples 16 --model-path /path/to/model
@@ -43,7 +44,7 @@ def main():
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--syncs", type=int, default=10)
-    ap.add_argument("--engines", default="hf,vllm")
+    ap.add_argument("--engines", default="hf,fast,vllm", help="comma-separated: hf (generate), fast (rollout.FastEngine), vllm")
     ap.add_argument("--compile", action="store_true", help="vLLM on CPU: torch.compile the model (default: eager)")
     a = ap.parse_args()
 
