@@ -26,10 +26,12 @@ One run (`run_python`):
          /usr/lib/x86_64-linux-gnu.
          A directory, not a list of files: a bind costs ~6 us + ~2 us for the read-only remount
          (bench/sandbox_speed.py), and a per-file list would miss libraries loaded by dlopen().
-         A virtual environment is not bound: under `-S` its site-packages is never on sys.path.
-       - symlinks as on the host on the way to sys.executable and to the ELF interpreter (a
-         venv's bin/python -> the base interpreter, /lib64 -> usr/lib64 ...), so the interpreter
-         can run itself again (subprocess, multiprocessing's spawn);
+         A virtual environment is not bound, nor its path made: under `-S` its site-packages is
+         never on sys.path, and inside, sys.executable is the interpreter's real path, so the
+         interpreter can run itself again (subprocess, multiprocessing's spawn) and a venv kept
+         inside the checkout does not name the checkout's directory;
+       - symlinks as on the host on the way to the ELF interpreter (/lib64 -> usr/lib64), so it
+         resolves as on the host;
        - /dev with null, zero, random, urandom (device nodes), fd/stdin/stdout/stderr links into
          /proc/self/fd, and /dev/shm -> /tmp (POSIX semaphores for multiprocessing);
        - /proc of the new PID namespace, with subset=pid (Linux 5.8+, else the full procfs): only
@@ -245,7 +247,7 @@ def _fresh_root():
         _c("bind " + p, libc.mount(b"/proc/self/fd/%d" % fd, ("." + p).encode(), None, MS_BIND, None))
         _c("bind ro " + p, libc.mount(None, ("." + p).encode(), None, RO, None))
         os.close(fd)
-    for link, target in cfg["links"]:   # the host's /lib -> usr/lib, the venv's bin/python -> ..., /dev/stdin
+    for link, target in cfg["links"]:   # the host's /lib64 -> usr/lib64, /dev/stdin -> /proc/self/fd/0 ...
         os.makedirs(os.path.dirname("." + link), exist_ok=True)
         os.symlink(target, "." + link)
     os.makedirs("dev", exist_ok=True)
@@ -268,8 +270,7 @@ if cfg["ns"]:
         _fresh_root()
     except OSError as e:   # a mkdir, symlink or mknod refused
         _fail("fresh root: %s" % e)
-    if not os.path.exists(sys.executable):   # a venv under /tmp (covered by the private /tmp): run its interpreter
-        sys.executable = cfg["executable"]   # by the real path, inside the bound installation
+    sys.executable = cfg["executable"]   # the interpreter's real path, inside the bound installation (a venv's is not there)
 L = cfg["limits"]
 for name, value in (("RLIMIT_AS", L["memory_bytes"]), ("RLIMIT_FSIZE", L["file_bytes"]),
                     ("RLIMIT_NPROC", L["nproc"]), ("RLIMIT_NOFILE", L["nofile"]), ("RLIMIT_CORE", 0)):
@@ -393,15 +394,15 @@ def _fresh_root() -> dict | None:
     binds: the real path of sys.base_prefix (the interpreter, libpython, the stdlib and
       lib-dynload) and the directories of the dynamic loader and of libc (the distribution's
       shared libraries, e.g. /usr/lib/x86_64-linux-gnu, where lib-dynload's libssl, libffi, libz...
-      are found too). A virtual environment is NOT bound: with `-S` its site-packages is never
-      on sys.path; only the path of sys.executable is kept (as links), so the interpreter can
-      still run itself (subprocess, multiprocessing's spawn).
-    links: every symlink met on the way to sys.executable and to the ELF interpreter (the host's
-      /lib64 -> usr/lib64, the venv's bin/python -> ...), so both resolve as on the host; /dev/fd,
-      /dev/stdin|stdout|stderr -> /proc/self/fd/..., and /dev/shm -> /tmp (POSIX semaphores).
+      are found too). A virtual environment is NOT bound, nor is its path shown: with `-S` its
+      site-packages is never on sys.path, and inside, sys.executable becomes the interpreter's
+      real path in the bound installation, so subprocess and multiprocessing's spawn still find
+      it. (A venv inside the checkout would otherwise name the checkout's path in the new root.)
+    links: every symlink met on the way to the ELF interpreter (the host's /lib64 -> usr/lib64),
+      so it resolves as on the host; /dev/fd, /dev/stdin|stdout|stderr -> /proc/self/fd/..., and
+      /dev/shm -> /tmp (POSIX semaphores).
     None when the installation lives where the fresh root puts its own /tmp, /proc or /dev; links
-    there are dropped (a venv under /tmp: inside, sys.executable becomes the interpreter's real path,
-    in the bound installation, so subprocess and multiprocessing still find it).
+    there are dropped.
     """
     libs = set()
     with open("/proc/self/maps") as f:  # where this process's libc actually came from
@@ -411,9 +412,9 @@ def _fresh_root() -> dict | None:
                 libs.add(os.path.dirname(path))
     interp = _elf_interp(os.path.realpath(sys.executable))
     links: dict[str, str] = {}
-    for p in (sys.executable, interp):
-        if p:
-            libs.add(os.path.dirname(_resolve(p, links)))
+    libs.add(os.path.dirname(os.path.realpath(sys.executable)))   # no link on the way: the venv's path stays hidden
+    if interp:
+        libs.add(os.path.dirname(_resolve(interp, links)))
     binds = []
     for d in sorted({os.path.realpath(sys.base_prefix)} | {os.path.realpath(d) for d in libs}):
         if not any(d == b or d.startswith(b + "/") for b in binds):  # sorted: a parent comes before its children
