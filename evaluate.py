@@ -38,8 +38,10 @@ def evaluate(engine, tokenizer, examples, reward_fn, samples: int = 0, ks=(1,), 
     res = {}
     greedy = engine.generate(prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens))
     texts = [g[0].text for g in greedy]
-    _, correct, _ = reward_fn(texts, golds)
+    rewards, correct, _ = reward_fn(texts, golds)
     res["accuracy"] = sum(correct) / len(correct)
+    if kind == "code":  # the partial credit of MiMo's strict / soft test rewards (= accuracy for all-or-nothing)
+        res["score"] = sum(rewards) / len(rewards)
     res["response_length"] = sum(g[0].length for g in greedy) / len(greedy)
     by_level = defaultdict(list)
     for ex, ok in zip(examples, correct):

@@ -23,6 +23,7 @@ Notable features
 
 Run:  python tiny.py            # find (shipped or cached) or build the default tiny model; prints its path
       python tiny.py --ship     # rebuild the default model from scratch and write it to models/tiny-qwen2/
+      python tiny.py --ship --tasks math+code   # the code model (math and code SFT) -> models/tiny-qwen2-code/
 """
 from __future__ import annotations
 
@@ -44,6 +45,9 @@ RECIPE_VERSION = 2  # bump when the build or SFT code changes in a way the field
 SPECIALS = ["<|pad|>", "<|endoftext|>"]
 CHARS = [chr(c) for c in range(32, 127)] + ["\n"]
 WORDS = ["Question: ", "\n" + data.INSTRUCTION + "\nAnswer: ", "\\boxed{"]
+# The code model's extra pieces: the code instruction, the built-in code task's fixed phrases and program lines
+CODE_WORDS = ["\n" + data.CODE_INSTRUCTION + "\nAnswer: ", "Read n. Print ", "; if n", " print ", "```python\n",
+              data.CODE_HEADER, "if n", ":r=", "print(r)\n```"]
 
 
 @dataclasses.dataclass
@@ -58,12 +62,23 @@ class TinyRecipe:
     sft_lr: float = 3e-3
     sft_direct_frac: float = 0.7  # share of SFT targets that give the bare answer, without worked steps
     seed: int = 0
+    tasks: str = "math"  # "math" (the built-in math task) or "math+code" (half the SFT examples from the built-in code task)
+    sft_partial_frac: float = 0.5  # code: share of SFT programs with the base formula only (data.partial_program)
+
+    def words(self) -> list[str]:
+        return WORDS + (CODE_WORDS if "code" in self.tasks else [])
 
     def key(self) -> str:
         """Changes when the recipe, the tokenizer or the task changes (not when a docstring does)."""
         task = [(e.prompt, e.solution) for e in data.builtin_task(8, "train", seed=123)]
-        blob = json.dumps([dataclasses.asdict(self), RECIPE_VERSION, SPECIALS, CHARS, WORDS, data.LEVELS, task], sort_keys=True)
+        if "code" in self.tasks:
+            task += [(e.prompt, e.solution, e.answer) for e in data.builtin_code_task(8, "train", seed=123)]
+        blob = json.dumps([dataclasses.asdict(self), RECIPE_VERSION, SPECIALS, CHARS, self.words(), data.LEVELS, task],
+                          sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+CODE_RECIPE = TinyRecipe(tasks="math+code")  # the model for runs with a built-in code stage (shipped too)
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -78,7 +93,7 @@ def bytes_to_unicode() -> dict[int, str]:
     return dict(zip(bs, map(chr, cs)))
 
 
-def build_tokenizer():
+def build_tokenizer(words: list[str] = WORDS):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -95,7 +110,7 @@ def build_tokenizer():
     # A real BPE vocabulary compresses the fixed template to a few tokens; with characters alone it would be
     # ~90 of a ~130-token sequence and triple the cost of every step. These pieces are ordinary (non-special)
     # tokens: the text is unchanged, only its tokenization is shorter.
-    hf.add_tokens(WORDS)
+    hf.add_tokens(words)
     return hf
 
 
@@ -123,7 +138,8 @@ def sft_batch(tokenizer, examples: list[data.Example]):
     """Left-padded (prompt + worked solution + EOS) with labels -100 everywhere but the response."""
     ids, labels = [], []
     for ex in examples:
-        p = tokenizer(data.build_prompt(tokenizer, ex.prompt), add_special_tokens=False)["input_ids"]
+        kind = "code" if ex.meta.get("kind") == "code" else "math"
+        p = tokenizer(data.build_prompt(tokenizer, ex.prompt, kind), add_special_tokens=False)["input_ids"]
         r = tokenizer(ex.solution, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         ids.append(p + r)
         labels.append([-100] * len(p) + r)
@@ -137,10 +153,17 @@ def sft_batch(tokenizer, examples: list[data.Example]):
 def sft(model, tokenizer, recipe: TinyRecipe, log_every: int = 100) -> None:
     """Cold-start SFT: AdamW, linear warm-up then cosine decay, completion-only cross-entropy."""
     rng = random.Random(recipe.seed)
-    pool = data.builtin_task(recipe.sft_steps * recipe.sft_batch, split="train", seed=recipe.seed + 1)
+    n = recipe.sft_steps * recipe.sft_batch
+    if "code" not in recipe.tasks:
+        pool = data.builtin_task(n, split="train", seed=recipe.seed + 1)
+    else:  # half math, half code, shuffled together
+        pool = data.builtin_task(n // 2, split="train", seed=recipe.seed + 1) + data.builtin_code_task(n - n // 2, "train", recipe.seed + 1)
     rng.shuffle(pool)
     for ex in pool:
-        if rng.random() < recipe.sft_direct_frac:
+        if ex.meta.get("kind") == "code":
+            if rng.random() < recipe.sft_partial_frac:
+                ex.solution = data.partial_program(ex)
+        elif rng.random() < recipe.sft_direct_frac:
             ex.solution = f"\\boxed{{{ex.answer}}}"
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.sft_lr, weight_decay=0.01, betas=(0.9, 0.98))
     warm = max(1, recipe.sft_steps // 20)
@@ -168,12 +191,17 @@ def default_dir() -> str:
 
 
 SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "tiny-qwen2")
+SHIPPED_CODE_DIR = SHIPPED_DIR + "-code"  # CODE_RECIPE's model
 
 
-def shipped_key() -> str | None:
-    """Recipe key of the model shipped in the repository (None if there is none)."""
+def shipped_dir(recipe: TinyRecipe) -> str:
+    return SHIPPED_CODE_DIR if "code" in recipe.tasks else SHIPPED_DIR
+
+
+def shipped_key(path: str = SHIPPED_DIR) -> str | None:
+    """Recipe key of the model shipped in the repository at `path` (None if there is none)."""
     try:
-        with open(os.path.join(SHIPPED_DIR, "recipe.json")) as f:
+        with open(os.path.join(path, "recipe.json")) as f:
             return json.load(f).get("key")
     except (OSError, ValueError):
         return None
@@ -184,14 +212,14 @@ def get_tiny_model(recipe: TinyRecipe | None = None, cache_dir: str | None = Non
     """Path of a saved tiny model for `recipe`: the shipped one when it was built from this recipe, else the cached
     one, else built now (tokenizer, model, SFT) and cached."""
     recipe = recipe or TinyRecipe()
-    if use_shipped and shipped_key() == recipe.key():
-        return SHIPPED_DIR
+    if use_shipped and shipped_key(shipped_dir(recipe)) == recipe.key():
+        return shipped_dir(recipe)
     path = os.path.join(cache_dir or default_dir(), f"tiny-qwen2-{recipe.key()}")
     if os.path.exists(os.path.join(path, "recipe.json")):
         return path
     if verbose:
         print(f"[tiny] building the tiny model (one time, cached at {path})", flush=True)
-    tok = build_tokenizer()
+    tok = build_tokenizer(recipe.words())
     model = build_model(recipe, tok)
     sft(model, tok, recipe, log_every=100 if verbose else 0)
     tmp = path + f".tmp{os.getpid()}"
@@ -211,7 +239,8 @@ if __name__ == "__main__":
     for f in dataclasses.fields(TinyRecipe):
         ap.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
     ap.add_argument("--cache-dir", default=None)
-    ap.add_argument("--ship", action="store_true", help=f"rebuild from scratch and write the result to {SHIPPED_DIR}")
+    ap.add_argument("--ship", action="store_true", help=f"rebuild from scratch and write the result to {SHIPPED_DIR} "
+                                                       f"(--tasks math+code: {SHIPPED_CODE_DIR})")
     a = vars(ap.parse_args())
     cache, ship = a.pop("cache_dir"), a.pop("ship")
     torch.set_num_threads(1)  # see train.py --threads: one SFT step took 0.46 s on 1 thread, 4.8 s on 2 (measured here)
@@ -219,9 +248,10 @@ if __name__ == "__main__":
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
-            built = get_tiny_model(TinyRecipe(**a), tmp, use_shipped=False)
-            shutil.rmtree(SHIPPED_DIR, ignore_errors=True)
-            shutil.copytree(built, SHIPPED_DIR)
-        print(SHIPPED_DIR)
+            recipe = TinyRecipe(**a)
+            built = get_tiny_model(recipe, tmp, use_shipped=False)
+            shutil.rmtree(shipped_dir(recipe), ignore_errors=True)
+            shutil.copytree(built, shipped_dir(recipe))
+        print(shipped_dir(recipe))
     else:
         print(get_tiny_model(TinyRecipe(**a), cache))

@@ -67,7 +67,11 @@ RECIPES = {
         eval_temperature=1.0, eval_top_p=0.7),  # Sec. 4.1: avg@32 at T = 1.0, top-p 0.7
     "c3po": dict(  # Ring-lite Sec. 3.2, 4.1: token budget, KL 1e-3, entropy bonus 5e-4, 1/0 reward; on-policy (mu = 1:
         # the paper's "minibatch 2" is unexplained and Phi tokens per update is the budget's own unit)
-        token_budget=4096, kl_coef=1e-3, entropy_coef=5e-4, eval_temperature=1.0, eval_top_p=0.95),  # Table 1: T 1.0, top-p 0.95
+        token_budget=4096, kl_coef=1e-3, entropy_coef=5e-4, eval_temperature=1.0, eval_top_p=0.95,  # Table 1: T 1.0, top-p 0.95
+        # Sec. 3.4 two-stage RL: math first, then code (+ science, not built in) with the length limit raised (24K -> 32K
+        # there, 64 -> 96 tokens here); code scores 1 only when every test passes. The steps split evenly (--max-steps)
+        stages="data=builtin-math reward=math max_new_tokens=64; "
+               "data=builtin-code reward=code max_new_tokens=96 eval_problems=100"),
     "skywork": dict(  # Skywork-OR1 MAGIC Sec. 3: token-mean, no KL, adaptive entropy, rejection sampling, stages;
         # its verifier's format rule (Sec. 7.1): the last \boxed{} or nothing
         reward="math-strict", loss_agg="token-mean", adaptive_entropy=True, rejection_sampling=True, curriculum="skywork",
@@ -93,8 +97,10 @@ RECIPES = {
 class Config:
     # --- run ---
     model: str = opt("", "model path or hub name; empty = the built-in tiny Qwen2 (built offline and cached on first use)")
-    train_data: str = opt("builtin", "'builtin' (the built-in task) or a .jsonl/.json/.parquet file or hub dataset name")
-    eval_data: str = opt("builtin", "'builtin' (held-out split of the built-in task) or a file / hub dataset name")
+    train_data: str = opt("builtin", "'builtin' (the built-in task of the reward's kind: math, or with a code reward code), "
+                                     "'builtin-math', 'builtin-code', or a .jsonl/.json/.parquet file or hub dataset name")
+    eval_data: str = opt("builtin", "'builtin' (held-out split of the built-in task of the reward's kind), 'builtin-math', "
+                                    "'builtin-code', or a file / hub dataset name")
     eval_split: str = opt("test", "split to use when --eval-data is a hub dataset")
     output_dir: str = opt("runs/default", "run directory (metrics, curves, samples, checkpoints, summary)")
     max_steps: int = opt(40, "number of RL steps (one step = one rollout batch)")
@@ -185,6 +191,12 @@ class Config:
     curriculum: str = opt("", "staged training: 'skywork' (growing response length) or 'compass' (easy -> hard levels); '' = off")
     online_filter: bool = opt(False, "Skywork-OR1: with --curriculum, drop at each stage start the prompts whose last group in "
                                      "the previous stage was all correct (the skywork recipe turns it on; Compass-Thinker has none)")
+    stages: str = opt("", "stages of one run (Ring-lite's math -> code RL), ';'-separated, each 'key=value ...' with keys "
+                          "data (train data), reward, max_new_tokens, steps, eval (eval data), eval_problems; what a stage "
+                          "leaves out comes from the flags. Stages without steps share the rest of --max-steps equally. "
+                          "Optimizer, reference model, entropy controller and step count carry over; each data set keeps "
+                          "its own prompt order; evaluation covers every stage's held-out set. '' = one stage from "
+                          "--train-data, --reward, --max-new-tokens (the c3po recipe sets math then code)")
     reward: str = opt("math", "reward: 'math' (the final answer wherever a careful grader looks, math-verify equivalence), "
                                "'math-strict' (last \\boxed{} only: Skywork-OR1's format rule), 'math-dapo' (DAPO's 'Answer:' line "
                                "and prompt), or code modes 'code' (all tests pass), 'code-strict', 'code-soft' (MiMo); see reward.py")
@@ -221,13 +233,13 @@ class Config:
             bad("tis-cap", "needs the sampling log-probs of --rollout vllm (the HF engine samples from the trainer's own model)")
         if self.filter_metric not in ("auto", "acc", "score"):
             bad("filter-metric", f"{self.filter_metric!r} is not 'auto', 'acc' or 'score'")
-        if self.filter_metric == "auto":  # resolved here, so config.json records what the run used
-            self.filter_metric = "score" if self.reward in ("code-strict", "code-soft") else "acc"
+        if self.filter_metric == "auto" and not self.stages:  # resolved here, so config.json records what the run used
+            self.filter_metric = filter_metric_for(self, self.reward)  # (with --stages: per stage, filter_metric_for)
         if self.gen_batch_factor < 1:
             bad("gen-batch-factor", f"must be >= 1, got {self.gen_batch_factor}")
         if self.seamless and not self.dynamic_sampling:
             bad("seamless", "is a scheduler for dynamic sampling: add --dynamic-sampling (or a recipe that has it)")
-        if self.reward not in ("math", "math-strict", "math-dapo", "code", "code-strict", "code-soft"):
+        if self.reward not in REWARDS:
             bad("reward", f"{self.reward!r} is not one of math, math-strict, math-dapo, code, code-strict, code-soft")
         if self.entropy_timing not in ("code", "paper"):
             bad("entropy-timing", f"{self.entropy_timing!r} is not 'code' or 'paper'")
@@ -249,9 +261,93 @@ class Config:
 
             if importlib.util.find_spec(self.report_to) is None:
                 bad("report-to", f"the {self.report_to} package is not installed (pip install {self.report_to})")
+        if self.stages:
+            if self.train_data != "builtin":
+                bad("train-data", "the run has --stages (the c3po recipe sets math then code): give each stage's data "
+                                  "there, or --stages '' for one stage")
+            if self.curriculum or self.easy_pool_alpha or self.seamless:
+                bad("stages", "cannot be combined with --curriculum, --easy-pool-alpha or --seamless (each chooses the prompts)")
+        parse_stages(self)  # errors name the stage and the key
         if self.fsdp and (self.dynamic_sampling or self.seamless):
             bad("fsdp", "cannot be combined with --dynamic-sampling / --seamless: their generation rounds differ between "
                         "processes, and under FSDP every forward pass is a collective")
+
+
+REWARDS = ("math", "math-strict", "math-dapo", "code", "code-strict", "code-soft")
+STAGE_KEYS = {"data": str, "reward": str, "max_new_tokens": int, "steps": int, "eval": str, "eval_problems": int}
+
+
+@dataclass
+class Stage:
+    """One stage of a run: steps [start, end) train on `data` with `reward` and responses of up to `max_new_tokens`."""
+    data: str
+    reward: str
+    max_new_tokens: int
+    eval: str
+    eval_problems: int
+    start: int
+    end: int
+
+    @property
+    def kind(self) -> str:  # the prompt template: "math", "math-dapo" (DAPO's Answer: line) or "code"
+        return "code" if self.reward.startswith("code") else "math-dapo" if self.reward == "math-dapo" else "math"
+
+
+def filter_metric_for(cfg, reward: str) -> str:
+    """--filter-metric, with 'auto' resolved for `reward`: the partial scores of code-strict / code-soft, else correctness."""
+    if cfg.filter_metric != "auto":
+        return cfg.filter_metric
+    return "score" if reward in ("code-strict", "code-soft") else "acc"
+
+
+def parse_stages(cfg) -> list[Stage]:
+    """--stages as Stage objects (one stage from the flags when empty); bad input -> one `error:` line."""
+    if not cfg.stages:
+        code = cfg.reward.startswith("code")
+        for flag, spec in (("train-data", cfg.train_data), ("eval-data", cfg.eval_data)):
+            if spec == ("builtin-math" if code else "builtin-code"):
+                raise SystemExit(f"error: --{flag}: {spec} does not go with --reward {cfg.reward}")
+        return [Stage(cfg.train_data, cfg.reward, cfg.max_new_tokens, cfg.eval_data, cfg.eval_problems, 0, cfg.max_steps)]
+    specs = []
+    for k, text in enumerate([t.strip() for t in cfg.stages.split(";") if t.strip()], 1):
+        def bad(msg):
+            raise SystemExit(f"error: --stages: stage {k} ({text!r}): {msg}")
+
+        f = {}
+        for item in text.replace(",", " ").split():
+            key, sep, val = item.partition("=")
+            if not sep or key not in STAGE_KEYS:
+                bad(f"{item!r} is not key=value with a key of {', '.join(STAGE_KEYS)}")
+            try:
+                f[key] = STAGE_KEYS[key](val)
+            except ValueError:
+                bad(f"{key}={val!r} is not an integer")
+        if "data" not in f:
+            bad("no data=")
+        f.setdefault("reward", cfg.reward)
+        if f["reward"] not in REWARDS:
+            bad(f"reward {f['reward']!r} is not one of {', '.join(REWARDS)}")
+        code = f["reward"].startswith("code")
+        for key in ("data", "eval"):
+            if f.get(key) == ("builtin-math" if code else "builtin-code"):
+                bad(f"{key}={f[key]} does not go with reward={f['reward']}")
+        if f.get("steps", 1) < 1 or f.get("max_new_tokens", 1) < 1 or f.get("eval_problems", 1) < 1:
+            bad("steps, max_new_tokens and eval_problems must be >= 1")
+        specs.append(f)
+    if not specs:
+        raise SystemExit("error: --stages: no stage given")
+    given = sum(f.get("steps", 0) for f in specs)
+    free = [f for f in specs if "steps" not in f]
+    if given > cfg.max_steps or (not free and given != cfg.max_steps) or (free and cfg.max_steps - given < len(free)):
+        raise SystemExit(f"error: --stages: the stages' steps ({given}, {len(free)} stage(s) without) do not fit --max-steps "
+                         f"{cfg.max_steps}")
+    out, start = [], 0
+    for f in specs:
+        n = f.get("steps") or (cfg.max_steps - given) // len(free) + (f is free[-1]) * ((cfg.max_steps - given) % len(free))
+        out.append(Stage(f["data"], f["reward"], f.get("max_new_tokens", cfg.max_new_tokens), f.get("eval", cfg.eval_data),
+                         f.get("eval_problems", cfg.eval_problems), start, start + n))
+        start += n
+    return out
 
 
 class ArgParser(argparse.ArgumentParser):
@@ -496,7 +592,12 @@ def plot_curves(rows: list[dict], evals: list[dict], path: str):
         ax.plot(steps, [r.get(k, float("nan")) for r in rows])
         ax.set_title(title), ax.set_xlabel("step")
     ax = axes.flat[6]
-    ax.plot([e["step"] for e in evals], [e["eval/accuracy"] for e in evals], "o-")
+    tasks = sorted({k.split("/")[1] for e in evals for k in e if k.count("/") == 2 and k.endswith("/accuracy")})
+    for t in tasks or [None]:  # --stages: one curve per task
+        key = f"eval/{t}/accuracy" if t else "eval/accuracy"
+        ax.plot([e["step"] for e in evals], [e.get(key, float("nan")) for e in evals], "o-", label=t)
+    if tasks:
+        ax.legend()
     ax.set_title("held-out greedy accuracy"), ax.set_xlabel("step"), ax.set_ylim(0, 1)
     axes.flat[7].axis("off")
     fig.tight_layout()
@@ -517,41 +618,84 @@ class Run:
     ref_model: object
     optimizer: object
     engine: object
-    reward_fn: object
-    sampler: object  # PromptSampler, resample.EasyPool or curriculum.Curriculum
     ent_ctrl: object  # entropy.AdaptiveEntropy or None
-    train_set: list
-    eval_set: list
-    kind: str  # the prompt template: "math", "math-dapo" (DAPO's Answer: line) or "code"
+    tasks: list  # Task per distinct (data, reward) of the stages: one unless --stages
+    stages: list  # Stage per stage, each with its task index in .task
     start_step: int = 0
     history: list = field(default_factory=list)
     evals: list = field(default_factory=list)
     wall_before: float = 0.0  # wall time of the run before a resume
     last_nll: float | None = None  # the previous rollout's sampled-token NLL (Skywork's entropy estimate)
+    stage: Stage | None = None  # the stage of the current step (enter)
+    # the current stage's task, as the loop reads it: its data, prompt order, reward and prompt template
+    train_set: list = field(default_factory=list)
+    sampler: object = None  # PromptSampler, resample.EasyPool or curriculum.Curriculum
+    reward_fn: object = None
+    kind: str = "math"
+
+    def enter(self, step: int) -> Stage:
+        """Make the stage of `step` current (its task's data, sampler, reward and template) and return it."""
+        self.stage = next(st for st in self.stages if st.start <= step < st.end)
+        task = self.tasks[self.stage.task]
+        self.train_set, self.sampler, self.reward_fn, self.kind = task.train_set, task.sampler, task.reward_fn, task.kind
+        return self.stage
+
+
+@dataclass
+class Task:
+    """A stage's data and reward: training set, held-out set, prompt order (resumable), reward and template."""
+    name: str  # "math", "code" (+ a number when two tasks share a kind): the prefix of its evaluation metrics
+    train_set: list
+    eval_set: list
+    sampler: object
+    reward_fn: object
+    kind: str
+    max_new_tokens: int  # evaluation length: its longest stage's
 
 
 def load_inputs(cfg: Config):
-    """Data sets and the checkpoint to resume from, checked before anything is built or written."""
-    schema = "code" if cfg.reward.startswith("code") else None
-    train_set = data.load_dataset(cfg.train_data, split="train", seed=cfg.seed, schema=schema)
-    eval_set = data.load_dataset(cfg.eval_data, split=cfg.eval_split if cfg.eval_data != "builtin" else "test",
-                                 n=cfg.eval_problems, seed=cfg.seed, schema=schema)
+    """Each stage's data sets, and the checkpoint to resume from, checked before anything is built or written.
+
+    Returns (stages, [(train_set, eval_set) per distinct task], resume_from); stage.task indexes the list."""
+    stages, keys, sets = parse_stages(cfg), [], []
+    for st in stages:
+        key = (st.data, st.reward, st.eval, st.eval_problems)
+        if key not in keys:
+            schema = "code" if st.kind == "code" else None
+            builtin = st.eval.startswith("builtin")
+            keys.append(key)
+            sets.append((data.load_dataset(st.data, split="train", seed=cfg.seed, schema=schema),
+                         data.load_dataset(st.eval, split="test" if builtin else cfg.eval_split, n=st.eval_problems,
+                                           seed=cfg.seed, schema=schema)))
+        st.task = keys.index(key)
     resume_from = None
     if cfg.resume:
         resume_from = latest_checkpoint(cfg.output_dir) if cfg.resume == "auto" else cfg.resume
         if resume_from and not os.path.exists(os.path.join(resume_from, "trainer_state.pt")):
             raise SystemExit(f"error: --resume {cfg.resume!r}: not a checkpoint directory (no trainer_state.pt)")
-    return train_set, eval_set, resume_from, schema or ("math-dapo" if cfg.reward == "math-dapo" else "math")
+    return stages, sets, resume_from
 
 
-def make_reward(cfg: Config):
-    if cfg.reward.startswith("math"):
+def make_reward(cfg: Config, reward: str):
+    if reward.startswith("math"):
         from reward import MathReward
 
-        return MathReward(cfg.correct_reward, cfg.wrong_reward, cfg.reward_timeout, cfg.reward_workers, mode=cfg.reward)
+        return MathReward(cfg.correct_reward, cfg.wrong_reward, cfg.reward_timeout, cfg.reward_workers, mode=reward)
     from coding.code_reward import CodeReward
 
-    return CodeReward({"code": "all_or_nothing", "code-strict": "strict", "code-soft": "soft"}[cfg.reward])
+    return CodeReward({"code": "all_or_nothing", "code-strict": "strict", "code-soft": "soft"}[reward],
+                      workers=max(1, cfg.reward_workers))
+
+
+def make_tasks(cfg: Config, stages: list, sets: list) -> list:
+    """One Task per distinct (data, reward) of the stages, each with its own prompt sampler and reward."""
+    tasks, names = [], ["code" if next(st for st in stages if st.task == t).kind == "code" else "math" for t in range(len(sets))]
+    for t, (train_set, eval_set) in enumerate(sets):
+        mine = [st for st in stages if st.task == t]
+        name = names[t] + (str(t + 1) if names.count(names[t]) > 1 else "")
+        tasks.append(Task(name, train_set, eval_set, make_sampler(cfg, train_set), make_reward(cfg, mine[0].reward),
+                          mine[0].kind, max(st.max_new_tokens for st in mine)))
+    return tasks
 
 
 def make_sampler(cfg: Config, train_set):
@@ -570,7 +714,7 @@ def make_sampler(cfg: Config, train_set):
 
 
 def setup(cfg: Config) -> Run:
-    train_set, eval_set, resume_from, kind = load_inputs(cfg)
+    stages, sets, resume_from = load_inputs(cfg)
     import entropy
     import rollout
     import tiny
@@ -583,7 +727,9 @@ def setup(cfg: Config) -> Run:
         torch.set_num_threads(cfg.threads)
     dtype = torch.bfloat16 if precision(cfg) == "bfloat16" else torch.float32  # bf16-mixed: fp32 weights, bf16 autocast
     with accelerator.main_process_first():  # N processes: the tiny model is built once, by the main process
-        model_path = cfg.model or tiny.get_tiny_model(verbose=accelerator.is_main_process)
+        # a built-in code stage needs the tiny model whose cold start covered code too (models/tiny-qwen2-code)
+        recipe = tiny.CODE_RECIPE if any(st.kind == "code" for st in stages) else tiny.TinyRecipe()
+        model_path = cfg.model or tiny.get_tiny_model(recipe, verbose=accelerator.is_main_process)
     model, tok = load_model(resume_from or model_path, dtype, flag="--resume" if resume_from else "--model")
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -608,8 +754,8 @@ def setup(cfg: Config) -> Run:
                                  gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, enable_sleep=cfg.vllm_sleep)
     ent_ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max, timing=cfg.entropy_timing,
                                        strict=cfg.entropy_timing == "code") if cfg.adaptive_entropy else None
-    run = Run(cfg, accelerator, model, tok, ref_model, optimizer, engine, make_reward(cfg), make_sampler(cfg, train_set),
-              ent_ctrl, train_set, eval_set, kind)
+    run = Run(cfg, accelerator, model, tok, ref_model, optimizer, engine, ent_ctrl, make_tasks(cfg, stages, sets), stages)
+    run.enter(0)
     if resume_from:
         st = torch.load(os.path.join(resume_from, "trainer_state.pt"), weights_only=False)
         if sharded:  # every process loads the full state and keeps its shards
@@ -619,7 +765,9 @@ def setup(cfg: Config) -> Run:
                                      options=StateDictOptions(full_state_dict=True))
         else:
             optimizer.load_state_dict(st["optimizer"])
-        torch.set_rng_state(st["torch_rng"]), random.setstate(st["py_rng"]), run.sampler.load_state_dict(st["sampler"])
+        torch.set_rng_state(st["torch_rng"]), random.setstate(st["py_rng"])
+        for task, state in zip(run.tasks, st["samplers"]):
+            task.sampler.load_state_dict(state)
         if ent_ctrl is not None:
             ent_ctrl.load_state_dict(st["entropy"])
         run.start_step, run.history, run.evals, run.wall_before, run.last_nll = (
@@ -712,7 +860,7 @@ class Collector:
         comps = [c for g in run.engine.generate(prompts, G, sp) for c in g]  # (N,) prompt-major
         rewards, correct, rm = run.reward_fn([c.text for c in comps], [ex.answer for ex in exs for _ in range(G)])
         self.observed.extend(zip(idx, torch.tensor(correct, dtype=torch.float).view(-1, G).mean(1).tolist()))
-        filt = correct if self.cfg.filter_metric == "acc" else rewards
+        filt = correct if filter_metric_for(self.cfg, run.stage.reward) == "acc" else rewards
         return Round(idx, exs, prompts, comps, self.shape(comps, rewards, sp), correct, G, filt), rm["reward/timeouts"]
 
     def collect(self, step, n_prompts, G, sp):
@@ -1055,24 +1203,32 @@ def step_stats(accelerator, batch, G, timeouts, n_gen) -> dict:
 def run_eval(run: Run, step: int, sampled: bool = False) -> dict | None:
     """Held-out greedy accuracy, and with `sampled` avg@k / pass@k (k = --eval-samples, at --eval-temperature and
     --eval-top-p: each recipe sets its paper's), on the main process; completions to samples.jsonl; the row joins
-    run.evals. The loop samples at the first and the final evaluation only (k x the problems' generations each)."""
+    run.evals. The loop samples at the first and the final evaluation only (k x the problems' generations each).
+    With several tasks (--stages) each is evaluated at its longest stage's length; its metrics are `eval/<task>/...`,
+    and eval/accuracy is their mean."""
     from evaluate import evaluate
 
     if not run.accelerator.is_main_process and not is_sharded(run.accelerator):
         return None
     cfg = run.cfg
     k = cfg.eval_samples if sampled else 0
-    with torch.random.fork_rng():  # evaluation never shifts the training sampling stream
-        torch.manual_seed(cfg.seed + 7919)  # the same sampled evaluation before and after, whatever came between
-        res = evaluate(run.engine, run.tok, run.eval_set, run.reward_fn, samples=k, ks=(1, k) if k else (1,),
-                       temperature=cfg.eval_temperature, top_p=cfg.eval_top_p, max_new_tokens=cfg.max_new_tokens, n_show=8,
-                       kind=run.kind)
+    row, shown = {"step": step}, []
+    for task in run.tasks:
+        with torch.random.fork_rng():  # evaluation never shifts the training sampling stream
+            torch.manual_seed(cfg.seed + 7919)  # the same sampled evaluation before and after, whatever came between
+            res = evaluate(run.engine, run.tok, task.eval_set, task.reward_fn, samples=k, ks=(1, k) if k else (1,),
+                           temperature=cfg.eval_temperature, top_p=cfg.eval_top_p, max_new_tokens=task.max_new_tokens,
+                           n_show=8, kind=task.kind)
+        prefix = "eval/" if len(run.tasks) == 1 else f"eval/{task.name}/"
+        shown += [{"step": step, **({"task": task.name} if len(run.tasks) > 1 else {}), **s} for s in res.pop("samples")]
+        row.update({prefix + key: v for key, v in res.items()})
+    if len(run.tasks) > 1:
+        row["eval/accuracy"] = sum(row[f"eval/{t.name}/accuracy"] for t in run.tasks) / len(run.tasks)
     if not run.accelerator.is_main_process:  # FSDP: every process ran the same evaluation, in lockstep
         return None
-    run.accelerator.log({f"eval/{key}": v for key, v in res.items() if isinstance(v, (int, float))}, step=step)
+    run.accelerator.log({key: v for key, v in row.items() if key != "step" and isinstance(v, (int, float))}, step=step)
     with open(os.path.join(cfg.output_dir, "samples.jsonl"), "a") as f:
-        f.writelines(json.dumps({"step": step, **s}, default=str) + "\n" for s in res.pop("samples"))
-    row = {"step": step, **{f"eval/{key}": v for key, v in res.items()}}
+        f.writelines(json.dumps(s, default=str) + "\n" for s in shown)
     run.evals.append(row)
     return row
 
@@ -1084,19 +1240,25 @@ def finish(run: Run, wall_time_s: float):
     before, after = run.evals[0], run.evals[-1]
     summary = {"accuracy_before": before["eval/accuracy"], "accuracy_after": after["eval/accuracy"],
                "wall_time_s": wall_time_s, "steps": run.cfg.max_steps, "recipe": run.cfg.recipe,
-               "eval_problems": len(run.eval_set), "before": before, "after": after}
-    k, avg = run.cfg.eval_samples, f"eval/avg@{run.cfg.eval_samples}"
-    if avg in before and avg in after:
-        summary.update({f"avg@{k}_before": before[avg], f"avg@{k}_after": after[avg],
-                        f"pass@{k}_before": before[f"eval/pass@{k}"], f"pass@{k}_after": after[f"eval/pass@{k}"]})
+               "eval_problems": sum(len(t.eval_set) for t in run.tasks), "before": before, "after": after}
+    k, lines = run.cfg.eval_samples, []
+    for task in run.tasks:
+        p, name = ("eval/", "") if len(run.tasks) == 1 else (f"eval/{task.name}/", f"{task.name} ")
+        avg = f"{p}avg@{k}"
+        if len(run.tasks) > 1:
+            summary[f"{name}accuracy_before"], summary[f"{name}accuracy_after"] = before[p + "accuracy"], after[p + "accuracy"]
+        if avg in before and avg in after:
+            summary.update({f"{name}avg@{k}_before": before[avg], f"{name}avg@{k}_after": after[avg],
+                            f"{name}pass@{k}_before": before[f"{p}pass@{k}"], f"{name}pass@{k}_after": after[f"{p}pass@{k}"]})
+        sampled = (f"; avg@{k} {before[avg]:.3f} -> {after[avg]:.3f}, pass@{k} {before[f'{p}pass@{k}']:.3f} -> "
+                   f"{after[f'{p}pass@{k}']:.3f} (T {run.cfg.eval_temperature}, top-p {run.cfg.eval_top_p})") if avg in after else ""
+        lines.append(f"{name}held-out greedy accuracy: {before[p + 'accuracy']:.3f} -> {after[p + 'accuracy']:.3f}{sampled} "
+                     f"({len(task.eval_set)} problems")
     with open(os.path.join(run.cfg.output_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     plot_curves(run.history, run.evals, os.path.join(run.cfg.output_dir, "curves.png"))
-    sampled = (f"; avg@{k} {summary[f'avg@{k}_before']:.3f} -> {summary[f'avg@{k}_after']:.3f}, pass@{k} "
-               f"{summary[f'pass@{k}_before']:.3f} -> {summary[f'pass@{k}_after']:.3f} (T {run.cfg.eval_temperature}, "
-               f"top-p {run.cfg.eval_top_p})") if f"avg@{k}_before" in summary else ""
-    print(f"held-out greedy accuracy: {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f}{sampled} "
-          f"({len(run.eval_set)} problems, {wall_time_s:.0f}s); run directory: {run.cfg.output_dir}")
+    print("\n".join(lines[:-1] + [lines[-1] + f", {wall_time_s:.0f}s); run directory: {run.cfg.output_dir}"]).replace(
+        "problems\n", "problems)\n"))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1107,22 +1269,24 @@ def main(argv=None):
 
     cfg = parse_config(argv)
     run = setup(cfg)  # everything that can fail on bad input is checked before the run directory is touched
-    acc, model, tok, engine, sampler = run.accelerator, run.model, run.tok, run.engine, run.sampler
+    acc, model, tok, engine = run.accelerator, run.model, run.tok, run.engine
     collector, world, t_start = Collector(run), acc.num_processes, time.time()
     if not run.evals:
         if acc.is_main_process:
-            print(f"evaluating the initial policy on {len(run.eval_set)} held-out problems ...", flush=True)
+            print(f"evaluating the initial policy on {' + '.join(str(len(t.eval_set)) for t in run.tasks)} held-out problems ...",
+                  flush=True)
         run_eval(run, 0, sampled=True)
     bar = tqdm(range(run.start_step, cfg.max_steps), initial=run.start_step, total=cfg.max_steps,
                disable=not acc.is_main_process, dynamic_ncols=True)
     for step in bar:
         t0 = time.time()
-        stage = sampler.stage_at(step) if cfg.curriculum else None  # curriculum: this stage's G, batch and length
+        length = run.enter(step).max_new_tokens  # --stages: this step's data, reward and length
+        stage = run.sampler.stage_at(step) if cfg.curriculum else None  # curriculum: this stage's G, batch and length
         G = stage.group_size if stage else cfg.group_size
         n_prompts = stage.batch_size if stage else cfg.batch_size // cfg.group_size
         if n_prompts % world:
             raise SystemExit(f"error: {n_prompts} prompts per step do not split over {world} processes")
-        sp = SamplingParams(cfg.temperature, cfg.top_p, stage.max_new_tokens if stage else cfg.max_new_tokens)
+        sp = SamplingParams(cfg.temperature, cfg.top_p, stage.max_new_tokens if stage else length)
 
         # 1-3. sample prompts, generate G completions each, score them (dynamic sampling: until the batch is full)
         batch, timeouts, n_gen, extra = collector.collect(step, n_prompts, G, sp)
@@ -1147,6 +1311,8 @@ def main(argv=None):
 
         # 6. log, evaluate, checkpoint
         row = {"step": step + 1, **step_stats(acc, batch, G, timeouts, n_gen), **extra, **umetrics}
+        if len(run.stages) > 1:
+            row["stage"] = run.stages.index(run.stage) + 1
         dt = time.time() - t0
         row.update({"perf/tokens_per_s": row.pop("_tokens") / dt, "perf/step_time_s": dt, "perf/gen_time_s": t_gen})
         run.history.append(row)
@@ -1162,14 +1328,16 @@ def main(argv=None):
         acc.log({k: v for k, v in row.items() if k != "step"}, step=step + 1)  # trackers (main process; --report-to)
         if done or (cfg.save_every and (step + 1) % cfg.save_every == 0):
             save_checkpoint(os.path.join(cfg.output_dir, f"checkpoint-{step + 1}"), acc, model, tok, run.optimizer,
-                            {"step": step + 1, "sampler": sampler.state_dict(), "history": run.history, "evals": run.evals,
+                            {"step": step + 1, "samplers": [t.sampler.state_dict() for t in run.tasks], "history": run.history,
+                             "evals": run.evals,
                              "entropy": run.ent_ctrl.state_dict() if run.ent_ctrl else None, "last_nll": run.last_nll,
                              "wall_time_s": run.wall_before + time.time() - t_start, "config": dataclasses.asdict(cfg)})
     bar.close()
     run_eval(run, cfg.max_steps, sampled=True)
     collector.close()
-    if hasattr(run.reward_fn, "close"):
-        run.reward_fn.close()
+    for task in run.tasks:
+        if hasattr(task.reward_fn, "close"):
+            task.reward_fn.close()
     finish(run, run.wall_before + time.time() - t_start)
     for tracker in acc.trackers:  # flush and close (Accelerator.end_training would also tear down the process group)
         tracker.finish()

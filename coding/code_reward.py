@@ -197,7 +197,11 @@ def code_reward(completions: list[str], problems: list[dict], mode: str = "all_o
     """Batch rewards, one per (completion, problem) pair, computed in parallel.
 
     Each completion's tests run one after another (so early stopping works); completions run
-    `workers` at a time (default: CPU count), each test in its own sandbox process.
+    `workers` at a time (default: CPU count), each test in its own sandbox process. A program
+    that occurs several times for the same problem in one call (a group's samples often agree)
+    runs once and every copy gets its reward: ~20 ms of sandbox per test saved per copy. This
+    assumes a program's result depends only on its text and input; one that reads the clock or
+    randomness scores as its first run did, as it could have on any single run.
     """
     if len(completions) != len(problems):
         raise ValueError(f"{len(completions)} completions but {len(problems)} problems")
@@ -206,9 +210,14 @@ def code_reward(completions: list[str], problems: list[dict], mode: str = "all_o
     problems = [p if "tests" in p and all("level" in t for t in p["tests"]) else normalize_problem(p)
                 for p in problems]
     workers = workers or os.cpu_count() or 1
+    keys = [(extract_code(c), json.dumps(p, sort_keys=True, default=str)) for c, p in zip(completions, problems)]
+    first = {}  # (program, problem) -> index of its first occurrence
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda cp: grade(cp[0], cp[1], mode, weights, limits, early_stop).reward,
-                             zip(completions, problems)))
+        unique = dict(zip(first.values(), pool.map(
+            lambda i: grade(completions[i], problems[i], mode, weights, limits, early_stop).reward, first.values())))
+    return [unique[first[k]] for k in keys]
 
 
 def make_reward_fn(mode: str = "all_or_nothing", workers: int | None = None, weights: str = "equal"):

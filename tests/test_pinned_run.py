@@ -24,7 +24,7 @@ BASE = ["--batch-size", "16", "--group-size", "4", "--mini-batch-size", "16", "-
         "--max-gen-rounds", "20"]
 CONFIGS = {
     "grpo-offpolicy-kl": ["--mini-batch-size", "8", "--epochs", "2", "--kl-coef", "0.01"],
-    "c3po-budget-entropy": ["--recipe", "c3po", "--token-budget", "120", "--mini-batch-size", "8"],
+    "c3po-budget-entropy": ["--recipe", "c3po", "--stages", "", "--token-budget", "120", "--mini-batch-size", "8"],  # math only
     "dapo-dynamic-overlong": ["--recipe", "dapo", "--overlong-filter", "--overlong-buffer", "8", "--mini-batch-size", "8"],
     "skywork-stages": ["--recipe", "skywork", "--max-steps", "3", "--entropy-target", "0.5", "--entropy-delta", "0.01"],
     "mimo-easy-pool-seamless": ["--recipe", "mimo", "--seamless"],

@@ -1,7 +1,8 @@
-"""tiny.py: the model shipped in models/tiny-qwen2/ is the one tiny.py builds.
+"""tiny.py: the models shipped in models/tiny-qwen2/ (math) and models/tiny-qwen2-code/ (math + code) are the ones
+tiny.py builds.
 
 Run:  python -m pytest tests/test_tiny.py -q                 (a few seconds)
-      python -m pytest tests/test_tiny.py -q -m slow         (the full cold-start SFT from scratch: ~8 min on 2 cores)
+      python -m pytest tests/test_tiny.py -q -m slow         (the full cold-start SFTs from scratch: ~8 + 9 min on 2 cores)
 """
 import json
 import os
@@ -20,13 +21,18 @@ def _tensors(path):
     return load_file(os.path.join(path, "model.safetensors"))
 
 
-def test_shipped_model_has_the_current_recipe_key():
+RECIPES = pytest.mark.parametrize("recipe", [tiny.TinyRecipe(), tiny.CODE_RECIPE], ids=["math", "math+code"])
+
+
+@RECIPES
+def test_shipped_model_has_the_current_recipe_key(recipe):
     """A change to the recipe, the tokenizer or the task changes the key: the shipped model must be rebuilt
-    (`python tiny.py --ship`), else get_tiny_model would silently build instead of using it."""
-    assert tiny.shipped_key() == tiny.TinyRecipe().key()
-    rec = json.load(open(os.path.join(tiny.SHIPPED_DIR, "recipe.json")))
-    assert {k: v for k, v in rec.items() if k != "key"} == {f.name: getattr(tiny.TinyRecipe(), f.name) for f in
+    (`python tiny.py --ship [--tasks math+code]`), else get_tiny_model would silently build instead of using it."""
+    assert tiny.shipped_key(tiny.shipped_dir(recipe)) == recipe.key()
+    rec = json.load(open(os.path.join(tiny.shipped_dir(recipe), "recipe.json")))
+    assert {k: v for k, v in rec.items() if k != "key"} == {f.name: getattr(recipe, f.name) for f in
                                                            __import__("dataclasses").fields(tiny.TinyRecipe)}
+    assert tiny.get_tiny_model(recipe, verbose=False) == tiny.shipped_dir(recipe)
 
 
 def test_default_model_is_the_shipped_one_and_nothing_is_built(tmp_path, monkeypatch):
@@ -39,32 +45,35 @@ def test_default_model_is_the_shipped_one_and_nothing_is_built(tmp_path, monkeyp
     assert other != tiny.SHIPPED_DIR and other.startswith(str(tmp_path))
 
 
-def test_shipped_tokenizer_and_initial_config_are_what_tiny_builds(tmp_path):
+@RECIPES
+def test_shipped_tokenizer_and_initial_config_are_what_tiny_builds(recipe, tmp_path):
     """The cheap half of the build: tokenizer files and model config (the weights need the SFT: slow test)."""
     from transformers import AutoConfig
 
-    tok = tiny.build_tokenizer()
+    where = tiny.shipped_dir(recipe)
+    tok = tiny.build_tokenizer(recipe.words())
     tok.save_pretrained(tmp_path)
     for name in ("tokenizer.json", "tokenizer_config.json"):
-        assert json.load(open(tmp_path / name)) == json.load(open(os.path.join(tiny.SHIPPED_DIR, name))), name
-    model = tiny.build_model(tiny.TinyRecipe(), tok)
-    shipped = AutoConfig.from_pretrained(tiny.SHIPPED_DIR).to_dict()
+        assert json.load(open(tmp_path / name)) == json.load(open(os.path.join(where, name))), name
+    model = tiny.build_model(recipe, tok)
+    shipped = AutoConfig.from_pretrained(where).to_dict()
     built = model.config.to_dict()
     skip = {"transformers_version", "dtype", "torch_dtype", "architectures", "_name_or_path"}
     assert {k: v for k, v in built.items() if k not in skip} == {k: v for k, v in shipped.items() if k not in skip}
-    shipped_w = _tensors(tiny.SHIPPED_DIR)
+    shipped_w = _tensors(where)
     assert set(shipped_w) == {k for k in model.state_dict() if k != "lm_head.weight"}  # tied head saved once
     assert all(shipped_w[k].shape == v.shape for k, v in model.state_dict().items() if k in shipped_w)
 
 
 @pytest.mark.slow
-def test_fresh_build_reproduces_the_shipped_weights_bit_for_bit(tmp_path):
+@RECIPES
+def test_fresh_build_reproduces_the_shipped_weights_bit_for_bit(recipe, tmp_path):
     torch.set_num_threads(1)  # as `python tiny.py` builds it
-    path = tiny.get_tiny_model(cache_dir=str(tmp_path), verbose=False, use_shipped=False)
-    assert path != tiny.SHIPPED_DIR
-    built, shipped = _tensors(path), _tensors(tiny.SHIPPED_DIR)
+    path = tiny.get_tiny_model(recipe, cache_dir=str(tmp_path), verbose=False, use_shipped=False)
+    assert path != tiny.shipped_dir(recipe)
+    built, shipped = _tensors(path), _tensors(tiny.shipped_dir(recipe))
     assert set(built) == set(shipped)
     for k in built:
         assert torch.equal(built[k], shipped[k]), k
     for name in ("recipe.json", "tokenizer.json", "generation_config.json"):
-        assert json.load(open(os.path.join(path, name))) == json.load(open(os.path.join(tiny.SHIPPED_DIR, name))), name
+        assert json.load(open(os.path.join(path, name))) == json.load(open(os.path.join(tiny.shipped_dir(recipe), name))), name
