@@ -19,7 +19,7 @@ The loop (DeepSeekMath Alg. 1, as the seed papers run it), one iteration per `st
                                         mu > 1; C3PO's token budget: c3po.py; entropy bonus: entropy.py)
   6. sync the engine, log / evaluate / checkpoint
 
-Run directory: metrics.jsonl (one row per step), curves.png, samples.jsonl (completions at each evaluation),
+Run directory: metrics.jsonl (one row per step), evals.jsonl (one row per evaluation), curves.png, samples.jsonl (completions at each evaluation),
 checkpoint-N/ (model, tokenizer, optimizer, RNG, step, data position; written atomically) and summary.json.
 The surrogate loss is not a progress signal (it is ~0 on every on-policy step); watch reward and accuracy.
 """
@@ -188,6 +188,8 @@ class Config:
                                       "rollout's estimate, one extra forward pass, then c_{k+1} from e_k)")
     rejection_sampling: bool = opt(False, "Skywork-OR1: drop zero-advantage groups, no refill (the batch shrinks)")
     easy_pool_alpha: float = opt(0.0, "MiMo: all-correct prompts move to an easy pool, drawn with this probability per slot; 0 = off")
+    drop_solved: bool = opt(False, "all-correct prompts leave the prompt pool for good (no easy pool, no return): the outright "
+                                   "removal MiMo's easy pool replaces (resample.EasyPool with alpha 0, no refresh)")
     curriculum: str = opt("", "staged training: 'skywork' (growing response length) or 'compass' (easy -> hard levels); '' = off")
     online_filter: bool = opt(False, "Skywork-OR1: with --curriculum, drop at each stage start the prompts whose last group in "
                                      "the previous stage was all correct (the skywork recipe turns it on; Compass-Thinker has none)")
@@ -223,8 +225,10 @@ class Config:
             bad("micro-batch-tokens", f"must be >= 0, got {self.micro_batch_tokens}")
         if self.curriculum not in ("", "skywork", "compass"):
             bad("curriculum", f"{self.curriculum!r} is not 'skywork', 'compass' or ''")
-        if self.curriculum and self.easy_pool_alpha:
-            bad("curriculum", "cannot be combined with --easy-pool-alpha (both choose the prompts)")
+        if self.curriculum and (self.easy_pool_alpha or self.drop_solved):
+            bad("curriculum", "cannot be combined with --easy-pool-alpha / --drop-solved (both choose the prompts)")
+        if self.drop_solved and self.easy_pool_alpha:
+            bad("drop-solved", "replaces the easy pool: give --drop-solved or --easy-pool-alpha, not both")
         if self.online_filter and not self.curriculum:
             bad("online-filter", "acts at curriculum stage starts: add --curriculum (or a recipe that has one)")
         if self.tis_cap < 0 or (self.tis_cap and self.tis_cap < 1):
@@ -265,7 +269,7 @@ class Config:
             if self.train_data != "builtin":
                 bad("train-data", "the run has --stages (the c3po recipe sets math then code): give each stage's data "
                                   "there, or --stages '' for one stage")
-            if self.curriculum or self.easy_pool_alpha or self.seamless:
+            if self.curriculum or self.easy_pool_alpha or self.drop_solved or self.seamless:
                 bad("stages", "cannot be combined with --curriculum, --easy-pool-alpha or --seamless (each chooses the prompts)")
         parse_stages(self)  # errors name the stage and the key
         if self.fsdp and (self.dynamic_sampling or self.seamless):
@@ -708,8 +712,8 @@ def make_sampler(cfg: Config, train_set):
         base = cfg.max_new_tokens // 2 if cfg.curriculum == "skywork" else cfg.max_new_tokens
         stages = mk(cfg.max_steps, base, batch_size=cfg.batch_size // cfg.group_size, group_size=cfg.group_size)
         return curriculum.Curriculum(stages, [ex.level for ex in train_set], seed=cfg.seed, online_filter=cfg.online_filter)
-    if cfg.easy_pool_alpha > 0:
-        return resample.EasyPool(len(train_set), alpha=cfg.easy_pool_alpha, seed=cfg.seed)
+    if cfg.easy_pool_alpha > 0 or cfg.drop_solved:
+        return resample.EasyPool(len(train_set), alpha=cfg.easy_pool_alpha, seed=cfg.seed, refresh=not cfg.drop_solved)
     return PromptSampler(len(train_set), cfg.seed)
 
 
@@ -778,6 +782,8 @@ def setup(cfg: Config) -> Run:
             json.dump(dataclasses.asdict(cfg), f, indent=1)
         with open(os.path.join(cfg.output_dir, "metrics.jsonl"), "w") as f:  # rewritten from the checkpoint's history
             f.writelines(json.dumps(r) + "\n" for r in run.history)
+        with open(os.path.join(cfg.output_dir, "evals.jsonl"), "w") as f:  # and the evaluations, likewise
+            f.writelines(json.dumps(r) + "\n" for r in run.evals)
     if cfg.report_to != "none":  # TensorBoard: OUTPUT_DIR/tensorboard (config as hparams + hparams.yml); W&B: project
         accelerator.init_trackers("tensorboard" if cfg.report_to == "tensorboard" else "grpo-recipes",
                                   config=dataclasses.asdict(cfg),
@@ -836,7 +842,7 @@ class Collector:
         """This process's slice of the global draw: a contiguous block of whole groups, or (strided) every world-th
         prompt from its rank on, so that draws of any size give each process its own prompts."""
         s, cfg = self.run.sampler, self.cfg
-        idx = s.next_batch(step, n_global)[0] if cfg.curriculum else s.sample(n_global) if cfg.easy_pool_alpha > 0 else s.take(n_global)
+        idx = s.next_batch(step, n_global)[0] if cfg.curriculum else s.take(n_global) if isinstance(s, PromptSampler) else s.sample(n_global)
         if strided:
             return idx[self.rank::self.world]
         n_local = n_global // self.world
@@ -922,7 +928,7 @@ class Collector:
 
         s, cfg = self.run.sampler, self.cfg
         seen = gather_object(self.observed) if self.world > 1 else self.observed
-        if cfg.easy_pool_alpha > 0:
+        if cfg.easy_pool_alpha > 0 or cfg.drop_solved:
             s.update([i for i, _ in seen], [p for _, p in seen])
             extra.update(s.metrics())
         elif cfg.curriculum:
@@ -1193,11 +1199,23 @@ def step_stats(accelerator, batch, G, timeouts, n_gen) -> dict:
     s = stats.sum(0)
     s[5] = stats[:, 5].max()
     n = s[3].item()
-    return {"reward/mean": s[0].item() / n, "reward/std": math.sqrt(max(0.0, s[1].item() / n - (s[0].item() / n) ** 2)),
-            "rollout/accuracy": s[2].item() / n, "rollout/frac_zero_std": s[8].item() / s[9].item(),
-            "rollout/response_length": s[4].item() / n, "rollout/response_length_max": s[5].item(),
-            "rollout/truncated_frac": s[6].item() / n, "reward/timeouts": int(s[7].item()), "rollout/generated": int(s[10].item()),
-            "_tokens": s[4].item()}
+    out = {"reward/mean": s[0].item() / n, "reward/std": math.sqrt(max(0.0, s[1].item() / n - (s[0].item() / n) ** 2)),
+           "rollout/accuracy": s[2].item() / n, "rollout/frac_zero_std": s[8].item() / s[9].item(),
+           "rollout/response_length": s[4].item() / n, "rollout/response_length_max": s[5].item(),
+           "rollout/truncated_frac": s[6].item() / n, "reward/timeouts": int(s[7].item()), "rollout/generated": int(s[10].item()),
+           "_tokens": s[4].item()}
+    # per difficulty level (when the data has levels): groups, and groups with a signal (rewards not all equal)
+    signal = (torch.tensor(batch.rewards, dtype=torch.float64).view(-1, G).std(1) > 0).tolist()
+    per_level = torch.zeros(2, 5, dtype=torch.float64)
+    for ex, sig in zip(batch.exs, signal):
+        if ex.level in (1, 2, 3, 4, 5):
+            per_level[:, ex.level - 1] += torch.tensor([1.0, float(sig)], dtype=torch.float64)
+    per_level = accelerator.reduce(per_level.to(accelerator.device), "sum").cpu()
+    for lv in range(5):
+        if per_level[0, lv] > 0:
+            out[f"rollout/groups_level{lv + 1}"] = int(per_level[0, lv].item())
+            out[f"rollout/signal_frac_level{lv + 1}"] = per_level[1, lv].item() / per_level[0, lv].item()
+    return out
 
 
 def run_eval(run: Run, step: int, sampled: bool = False) -> dict | None:
@@ -1229,6 +1247,8 @@ def run_eval(run: Run, step: int, sampled: bool = False) -> dict | None:
     run.accelerator.log({key: v for key, v in row.items() if key != "step" and isinstance(v, (int, float))}, step=step)
     with open(os.path.join(cfg.output_dir, "samples.jsonl"), "a") as f:
         f.writelines(json.dumps(s, default=str) + "\n" for s in shown)
+    with open(os.path.join(cfg.output_dir, "evals.jsonl"), "a") as f:
+        f.write(json.dumps(row) + "\n")
     run.evals.append(row)
     return row
 

@@ -1,0 +1,552 @@
+"""Each seed paper's claim about training dynamics, reproduced at toy scale on the built-in tasks (CPU, minutes).
+
+    python bench/reproduce.py dapo       # DAPO Table 1: the cumulative ablation, GRPO -> DAPO
+    python bench/reproduce.py entropy    # DAPO Sec. 3.1 / Skywork Sec. 3.7: clip-higher and mu > 1 vs entropy
+    python bench/reproduce.py skywork    # Skywork-OR1 Sec. 3.2: adaptive entropy vs fixed coefficients
+    python bench/reproduce.py ringlite   # Ring-lite Fig. 7 (C3PO vs GRPO) and two-stage vs joint math + code
+    python bench/reproduce.py mimo       # MiMo: seamless vs naive sampling, easy pool vs drop, strict vs soft code reward
+    python bench/reproduce.py compass    # Compass-Thinker: staged easy -> hard curriculum vs a uniform mix
+    python bench/reproduce.py all
+
+Each command trains every variant of its experiments with `train.py` (the project's own recipes and flags only) for
+each seed (`--seeds`, default 0,1,2), `--workers` runs at a time (default 2: one per core, one torch thread each),
+then prints its table and writes docs/reproduce_<paper>.md (settings, the exact command, tables with mean +- sd over
+seeds and every seed's value, the pre-declared check of the claim and what it measured) and docs/reproduce_<paper>.png
+(mean over seeds, the band spanning min..max). Runs live in runs/reproduce/<paper>/<variant>/seed<N>/; a finished run
+with the same arguments is reused, so an interrupted command continues where it stopped. `--smoke`: 2 steps, one
+seed, nothing written to docs/ (the test suite's check that every experiment still runs).
+
+What "reproduces" means here: each experiment declares its check before it is run (the `check` functions below: which
+metric, which comparison, how many seeds must agree); the verdict is "reproduces" when the paper's direction holds in
+the mean and in every seed, "partly" when it holds in the mean only (or for some of the claim's parts), "does not"
+otherwise. A toy model (1M parameters, 10-50-token responses, 25-40 steps) is not a 7B model at 16K tokens: where a
+claim does not reproduce, the report says which scale the mechanism needs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project is one folder up
+
+# Every run: 16 prompts x 8 = 128 responses per step (half the default batch: 3 seeds x every variant must fit the
+# minutes), 200 held-out problems, one torch thread, math-verify in process (the workers are the parallelism).
+COMMON = ["--batch-size", "128", "--mini-batch-size", "128", "--group-size", "8", "--eval-problems", "200", "--reward-workers", "0", "--threads", "1"]
+
+
+@dataclass
+class Experiment:
+    name: str
+    claim: str  # what the paper says, and where
+    base: list  # train.py flags of every variant
+    variants: dict  # variant -> its extra flags
+    check: object  # (Experiment, runs) -> (verdict, [lines]): the claim's test, declared before running
+    table: list  # [(column title, function(run) -> float)]: per-variant mean +- sd over seeds
+    plots: list  # [(title, metric key or function(run) -> (steps, values))]
+    note: str = ""  # what the scale of this reproduction changes
+    runs: dict = field(default_factory=dict)  # variant -> [Run per seed], filled by `run`
+
+
+@dataclass
+class Run:
+    dir: str
+    metrics: list  # metrics.jsonl rows
+    evals: list  # evals.jsonl rows
+    summary: dict
+
+
+# ------------------------------------------------------------------------------------------------
+# Small statistics
+def mean_sd(xs) -> str:
+    xs = [x for x in xs if x is not None and not math.isnan(x)]
+    if not xs:
+        return "–"
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return f"{statistics.mean(xs):.3g} ± {sd:.2g}"
+
+
+def last(key, n=5):
+    """Mean of a metric over the last n steps of a run."""
+    def f(r: Run):
+        vals = [m[key] for m in r.metrics[-n:] if key in m]
+        return sum(vals) / len(vals) if vals else float("nan")
+    return f
+
+
+def over_run(key, fn=statistics.mean):
+    def f(r: Run):
+        vals = [m[key] for m in r.metrics if key in m]
+        return fn(vals) if len(vals) > 1 or fn is statistics.mean and vals else float("nan")
+    return f
+
+
+def cv(key):
+    """Coefficient of variation over the steps of a run (sd / mean)."""
+    def f(r: Run):
+        vals = [m[key] for m in r.metrics if key in m]
+        return statistics.stdev(vals) / statistics.mean(vals) if len(vals) > 1 and statistics.mean(vals) else float("nan")
+    return f
+
+
+def final(key):
+    return lambda r: r.summary["after"].get(key, float("nan"))
+
+
+def first_step_at(key, threshold):
+    """First evaluated step whose `key` reaches `threshold` (nan if never)."""
+    def f(r: Run):
+        return next((e["step"] for e in r.evals if e.get(key, -1) >= threshold), float("nan"))
+    return f
+
+
+def per_seed(exp, variant, fn):
+    return [fn(r) for r in exp.runs[variant]]
+
+
+def compare(exp, a, b, fn, higher=True):
+    """Does variant `a` beat `b` on fn (higher or lower): (in the mean, in how many seeds of how many)."""
+    xa, xb = per_seed(exp, a, fn), per_seed(exp, b, fn)
+    wins = sum((x > y) if higher else (x < y) for x, y in zip(xa, xb))
+    ma, mb = statistics.mean(xa), statistics.mean(xb)
+    return ((ma > mb) if higher else (ma < mb)), wins, len(xa), ma, mb
+
+
+def verdict_of(parts) -> str:
+    """parts: compare() results -> reproduces (every part, in the mean and every seed) / partly / does not."""
+    if all(m and w == n for m, w, n, _, _ in parts):
+        return "reproduces"
+    if any(m for m, *_ in parts):
+        return "partly"
+    return "does not"
+
+
+def line(what, res, fmt="{:.3g}"):
+    m, w, n, a, b = res
+    return f"{what}: {fmt.format(a)} vs {fmt.format(b)} ({'yes' if m else 'no'} in the mean, {w}/{n} seeds)"
+
+
+# ------------------------------------------------------------------------------------------------
+# The experiments, one list per paper
+def dapo_experiments():
+    steps = ["GRPO", "+ overlong filtering", "+ clip-higher", "+ soft overlong punishment", "+ token-level loss",
+             "+ dynamic sampling (= DAPO)"]
+    adds = [[], ["--overlong-filter"], ["--clip-high", "0.28"], ["--overlong-buffer", "8"], ["--loss-agg", "token-mean"],
+            ["--dynamic-sampling", "--gen-batch-factor", "3"]]
+    variants, acc = {}, []
+    for name, add in zip(steps, adds):
+        acc = acc + add
+        variants[name] = list(acc)
+
+    def check(exp, runs):
+        k = "eval/avg@4"
+        top = compare(exp, steps[-1], steps[0], final(k))
+        steps_to = compare(exp, steps[-1], steps[0], first_step_at("eval/accuracy", 0.45), higher=False)
+        rises = sum(statistics.mean(per_seed(exp, b, final(k))) > statistics.mean(per_seed(exp, a, final(k)))
+                    for a, b in zip(steps, steps[1:]))
+        return verdict_of([top]), [line("final avg@4, DAPO vs GRPO", top),
+                                   line("steps to greedy accuracy 0.45 (nan = never), DAPO vs GRPO (fewer is better)", steps_to),
+                                   f"techniques that raised mean avg@4 when added: {rises} of {len(steps) - 1}"]
+
+    return [Experiment(
+        "DAPO Table 1: the cumulative ablation",
+        "DAPO Table 1: each technique added to naive GRPO raises AIME avg@32 (30 -> 36 -> 38 -> 41 -> 42 -> 50).",
+        COMMON + ["--wrong-reward", "-1", "--max-new-tokens", "32", "--mini-batch-size", "32", "--max-steps", "25",
+                  "--eval-every", "5", "--eval-samples", "4", "--eval-temperature", "1.0", "--eval-top-p", "0.7"],
+        variants, check,
+        [("greedy acc", final("eval/accuracy")), ("avg@4", final("eval/avg@4")), ("pass@4", final("eval/pass@4")),
+         ("steps to 0.45", first_step_at("eval/accuracy", 0.45)), ("truncated", over_run("rollout/truncated_frac")),
+         ("clip hi", over_run("policy/clip_frac_high"))],
+        [("held-out greedy accuracy", "eval:eval/accuracy"), ("train accuracy", "rollout/accuracy"),
+         ("response length", "rollout/response_length"), ("truncated share", "rollout/truncated_frac")],
+        note="Lengths: --max-new-tokens 32 truncates the worked solutions of the deepest sums (~50 tokens), so the two "
+             "overlong techniques have responses to act on (DAPO: 16K + 4K cache of 20K). mu = 4 (mini-batches of 32 of "
+             "the 128 responses; DAPO's is 16), reward +-1 in every row, the dapo recipe's generation factor 3.")]
+
+
+def entropy_experiments():
+    sym, hi = ["--clip-high", "0.2"], ["--clip-high", "0.28"]
+    variants = {"eps 0.2/0.2, mu 1": sym, "eps 0.2/0.28, mu 1": hi,
+                "eps 0.2/0.2, mu 8": sym + ["--mini-batch-size", "16"], "eps 0.2/0.28, mu 8": hi + ["--mini-batch-size", "16"]}
+
+    def check(exp, runs):
+        ent = last("policy/entropy", 5)
+        same = all(a.metrics == b.metrics or [m.get("policy/entropy") for m in a.metrics] == [m.get("policy/entropy") for m in b.metrics]
+                   for a, b in zip(runs["eps 0.2/0.2, mu 1"], runs["eps 0.2/0.28, mu 1"]))
+        keep = compare(exp, "eps 0.2/0.28, mu 8", "eps 0.2/0.2, mu 8", ent)
+        faster = compare(exp, "eps 0.2/0.2, mu 8", "eps 0.2/0.2, mu 1", ent, higher=False)
+        return verdict_of([keep, faster]), [
+            f"mu 1: clip-higher changes nothing (ratio = 1, nothing is clipped): entropy series identical in every seed: {same}",
+            line("entropy (last 5 steps), mu 8: clip-higher vs symmetric (higher = kept up)", keep),
+            line("entropy (last 5 steps), symmetric: mu 8 vs mu 1 (lower = collapses faster off-policy)", faster)]
+
+    return [Experiment(
+        "Entropy: clip-higher and off-policy updates",
+        "DAPO Sec. 3.1 (Fig. 2): with the symmetric clip the entropy collapses; clip-higher (eps_high 0.28) keeps it up. "
+        "Skywork-OR1 Sec. 3.7 / 4: more off-policy updates per rollout (N_SGD > 1) collapse entropy faster.",
+        COMMON + ["--loss-agg", "token-mean", "--max-steps", "30", "--eval-every", "0", "--eval-samples", "0"],
+        variants, check,
+        [("entropy, first 5", lambda r: statistics.mean(m["policy/entropy"] for m in r.metrics[:5])),
+         ("entropy, last 5", last("policy/entropy", 5)), ("clip hi", over_run("policy/clip_frac_high")),
+         ("clip lo", over_run("policy/clip_frac_low")), ("greedy acc", final("eval/accuracy"))],
+        [("token entropy", "policy/entropy"), ("train accuracy", "rollout/accuracy"),
+         ("clip fraction (high)", "policy/clip_frac_high")],
+        note="mu 8 = mini-batches of 16 of the 128 responses; token-mean loss in all four.")]
+
+
+def skywork_experiments():
+    variants = {"no entropy term": [], "fixed alpha 2e-3": ["--entropy-coef", "2e-3"],
+                "fixed alpha 2e-2": ["--entropy-coef", "2e-2"],
+                "adaptive, target 0.2": ["--adaptive-entropy", "--entropy-target", "0.2", "--entropy-delta", "2e-3",
+                                         "--entropy-max", "2e-2"]}
+
+    def dist(r):  # mean |sampled NLL - target| over the second half of the run
+        vals = [m["policy/sampled_nll"] for m in r.metrics[len(r.metrics) // 2:] if "policy/sampled_nll" in m]
+        return statistics.mean(abs(v - 0.2) for v in vals) if vals else float("nan")
+
+    def check(exp, runs):
+        parts = [compare(exp, "adaptive, target 0.2", v, dist, higher=False) for v in variants if not v.startswith("adaptive")]
+        return verdict_of(parts), [line(f"|entropy - target| over the second half: adaptive vs {v} (lower = held)", p)
+                                   for v, p in zip([v for v in variants if not v.startswith("adaptive")], parts)]
+
+    return [Experiment(
+        "Skywork-OR1: adaptive entropy control",
+        "Skywork-OR1 Sec. 3.2 (Eq. 3.2, Figs. 9-10): the adaptive coefficient holds the entropy near its target; a fixed "
+        "coefficient either lets it collapse (small) or makes it blow up (large).",
+        COMMON + ["--loss-agg", "token-mean", "--mini-batch-size", "64", "--max-steps", "30", "--eval-every", "0",
+                  "--eval-samples", "0"],
+        variants, check,
+        [("entropy (NLL), first 5", lambda r: statistics.mean(m.get("policy/sampled_nll", float("nan")) for m in r.metrics[:5])),
+         ("entropy (NLL), last 5", last("policy/sampled_nll", 5)), ("|e - target|, 2nd half", dist),
+         ("coef, last 5", last("policy/entropy_coef", 5)), ("greedy acc", final("eval/accuracy"))],
+        [("entropy estimate (sampled-token NLL)", "policy/sampled_nll"), ("entropy coefficient", "policy/entropy_coef"),
+         ("train accuracy", "rollout/accuracy")],
+        note="N_SGD = 2 (mini-batches of 64), token-mean. The target is Skywork's 0.2 (this model's sampled-token NLL "
+             "starts near 0.19); the step Delta = 2e-3 (cap 2e-2) is scaled up: 30 steps need a faster controller than "
+             "Skywork's Delta = 1e-4 (code) / 5e-3 (paper) with cap 5e-3 over thousands of steps.")]
+
+
+def ringlite_experiments():
+    base = COMMON + ["--kl-coef", "1e-3", "--entropy-coef", "5e-4", "--max-steps", "30", "--eval-every", "0",
+                     "--eval-samples", "0", "--loss-agg", "token-mean", "--stages", ""]
+
+    def tokens(r):  # tokens in the loss per update: C3PO's selection, else every response token of the step
+        return [m.get("c3po/tokens_used", m["rollout/response_length"] * 128) for m in r.metrics]
+
+    def check_a(exp, runs):
+        tok = compare(exp, "C3PO (budget 1024)", "GRPO", lambda r: statistics.stdev(tokens(r)) / statistics.mean(tokens(r)),
+                      higher=False)
+        gn = compare(exp, "C3PO (budget 1024)", "GRPO", cv("perf/grad_norm"), higher=False)
+        return verdict_of([tok, gn]), [line("tokens per update, sd / mean over steps: C3PO vs GRPO", tok),
+                                      line("grad norm, sd / mean over steps: C3PO vs GRPO", gn)]
+
+    stages = "data=builtin-math reward=math max_new_tokens=64 steps={m}; data=builtin-code reward=code max_new_tokens=96 " \
+             "eval_problems=100 steps={c}"
+    joint = "; ".join(["data=builtin-math reward=math max_new_tokens=64 steps=1; "
+                       "data=builtin-code reward=code max_new_tokens=96 eval_problems=100 steps=1"] * 10)
+
+    def check_b(exp, runs):
+        m = compare(exp, "two-stage (math, then code)", "joint (math and code steps alternate)", final("eval/math/accuracy"))
+        c = compare(exp, "two-stage (math, then code)", "joint (math and code steps alternate)", final("eval/code/accuracy"))
+        return verdict_of([m, c]), [line("final math accuracy: two-stage vs joint", m), line("final code accuracy: two-stage vs joint", c)]
+
+    b_base = COMMON + ["--recipe", "c3po", "--batch-size", "64", "--max-steps", "20", "--eval-every", "0", "--eval-samples", "0"]
+    return [
+        Experiment(
+            "Ring-lite Fig. 7: C3PO's constant token budget",
+            "Ring-lite Sec. 3.2, Fig. 7: under GRPO the tokens per update and the gradient norm move with the response "
+            "length; C3PO's fixed token budget makes the tokens per update constant and the gradient norm steadier.",
+            base, {"GRPO": [], "C3PO (budget 1024)": ["--token-budget", "1024"]}, check_a,
+            [("tokens/update mean", lambda r: statistics.mean(tokens(r))),
+             ("tokens/update sd/mean", lambda r: statistics.stdev(tokens(r)) / statistics.mean(tokens(r))),
+             ("grad norm mean", over_run("perf/grad_norm")), ("grad norm sd/mean", cv("perf/grad_norm")),
+             ("response length", over_run("rollout/response_length")), ("greedy acc", final("eval/accuracy"))],
+            [("tokens per update", tokens), ("grad norm", "perf/grad_norm"), ("response length", "rollout/response_length")],
+            note="Ring-lite's other settings (KL 1e-3, entropy 5e-4, mu 1) in both; GRPO with token-mean. The budget 1024 "
+                 "is below the step's ~1.5-3K response tokens, so it binds on every step."),
+        Experiment(
+            "Ring-lite: two-stage math -> code vs a joint mix",
+            "Ring-lite Sec. 3.4, Tables 3-4: RL on math first, then code (length limit raised), beats mixing the domains "
+            "in one stage.",
+            b_base, {"two-stage (math, then code)": ["--stages", stages.format(m=10, c=10)],
+                     "joint (math and code steps alternate)": ["--stages", joint]}, check_b,
+            [("math acc before", lambda r: r.summary["before"]["eval/math/accuracy"]), ("math acc after", final("eval/math/accuracy")),
+             ("code acc before", lambda r: r.summary["before"]["eval/code/accuracy"]), ("code acc after", final("eval/code/accuracy"))],
+            [("train accuracy", "rollout/accuracy"), ("response length", "rollout/response_length")],
+            note="The c3po recipe on the math + code tiny model, 8 prompts x 8 per step, 20 steps either way: 10 math then "
+                 "10 code, or alternating. 'Joint' alternates whole steps (each batch is one domain), the nearest "
+                 "schedule --stages expresses; Ring-lite's joint runs mix domains within a batch."),
+    ]
+
+
+def mimo_experiments():
+    seam = COMMON + ["--dynamic-sampling", "--mini-batch-size", "128", "--max-steps", "12", "--eval-every", "0",
+                     "--eval-samples", "0"]
+
+    def waste(r):
+        return statistics.mean(1 - 128 / m["rollout/generated"] for m in r.metrics)
+
+    def check_a(exp, runs):
+        t = compare(exp, "seamless", "naive", over_run("perf/gen_time_s"), higher=False)
+        w = compare(exp, "seamless", "naive", waste, higher=False)
+        return verdict_of([t, w]), [line("rollout seconds per step: seamless vs naive", t),
+                                   line("share of generated responses discarded: seamless vs naive", w)]
+
+    pool = COMMON + ["--dynamic-sampling", "--mini-batch-size", "32", "--max-steps", "30", "--eval-every", "0",
+                     "--eval-samples", "0"]
+
+    def eff(r):  # kept / generated over the last 10 steps: the sampling efficiency
+        return statistics.mean(128 / m["rollout/generated"] for m in r.metrics[-10:])
+
+    def check_b(exp, runs):
+        e = compare(exp, "easy pool (alpha 0.1)", "no pool", eff)
+        d = compare(exp, "easy pool (alpha 0.1)", "drop solved", final("eval/accuracy"))
+        return verdict_of([e, d]), [line("sampling efficiency (kept / generated, last 10 steps): easy pool vs no pool", e),
+                                   line("final greedy accuracy: easy pool vs dropping solved prompts", d)]
+
+    code = COMMON + ["--train-data", "builtin-code", "--batch-size", "64", "--max-new-tokens", "96", "--max-steps", "12",
+                     "--eval-problems", "100", "--eval-every", "0", "--eval-samples", "0"]
+
+    def hard(r):
+        return over_run("rollout/signal_frac_level3")(r)
+
+    def check_c(exp, runs):
+        s = compare(exp, "soft", "strict", hard)
+        return verdict_of([s]), [line("share of level-3 groups with a signal (rewards not all equal): soft vs strict", s)]
+
+    return [
+        Experiment(
+            "MiMo Sec. 3.4.1: seamless rollout vs naive dynamic sampling",
+            "MiMo Sec. 3.4.1: the seamless rollout engine (launches sized by the pass rate, scoring overlapped with "
+            "generation, early termination) cuts the rollout time and the wasted generations of dynamic sampling.",
+            seam, {"naive": [], "seamless": ["--seamless"]}, check_a,
+            [("rollout s/step", over_run("perf/gen_time_s")), ("step s", over_run("perf/step_time_s")),
+             ("generated/step", over_run("rollout/generated")), ("discarded share", waste)],
+            [("rollout seconds", "perf/gen_time_s"), ("responses generated", "rollout/generated")],
+            note="HF-style waves (no vLLM on this machine's default engine): the saving is the launch sizing and the "
+                 "overlap of scoring with generation, not continuous batching. Two runs share the 2 cores, so the "
+                 "seconds are noisy; the generated counts are not."),
+        Experiment(
+            "MiMo Sec. 3.3: easy-data resampling",
+            "MiMo Sec. 3.3: as more problems reach a 100% pass rate, dynamic sampling wastes more generations; moving them "
+            "to an easy pool sampled at alpha = 10% keeps the sampling efficiency up, and (unlike dropping them) keeps "
+            "the policy stable.",
+            pool, {"no pool": [], "easy pool (alpha 0.1)": ["--easy-pool-alpha", "0.1"], "drop solved": ["--drop-solved"]},
+            check_b,
+            [("efficiency, last 10", eff), ("gen rounds", over_run("rollout/gen_rounds")), ("greedy acc", final("eval/accuracy")),
+             ("easy share", over_run("data/easy_slot_share"))],
+            [("kept / generated", lambda r: ([m["step"] for m in r.metrics], [128 / m["rollout/generated"] for m in r.metrics])),
+             ("train accuracy", "rollout/accuracy")],
+            note="mu = 4. 'drop solved' = --drop-solved: a prompt solved perfectly once leaves the pool for good."),
+        Experiment(
+            "MiMo Sec. 3.3.1: strict vs soft test-difficulty reward on code",
+            "MiMo Sec. 3.3.1: with the strict reward hard problems rarely get any signal; the soft reward (partial credit "
+            "per passed test) gives them one.",
+            code, {"strict": ["--reward", "code-strict"], "soft": ["--reward", "code-soft"]}, check_c,
+            [("level-3 groups with signal", hard), ("level-1 groups with signal", over_run("rollout/signal_frac_level1")),
+             ("code acc after", final("eval/accuracy")), ("code score after", final("eval/score"))],
+            [("level-3 groups with signal", "rollout/signal_frac_level3"), ("train accuracy (all tests)", "rollout/accuracy")],
+            note="The built-in code task (3 test levels, 2 tests each), 8 prompts x 8 per step, plain GRPO so that every "
+                 "generated group is counted (no filter)."),
+    ]
+
+
+def compass_experiments():
+    def hard_acc(r, e):
+        return (e.get("eval/accuracy_level4", 0) + e.get("eval/accuracy_level5", 0)) / 2
+
+    def check(exp, runs):
+        a = compare(exp, "staged easy -> hard", "uniform mix", final("eval/accuracy"))
+        h = compare(exp, "staged easy -> hard", "uniform mix", lambda r: hard_acc(r, r.summary["after"]))
+        return verdict_of([a, h]), [line("final greedy accuracy: staged vs uniform", a),
+                                   line("final accuracy on levels 4-5: staged vs uniform", h)]
+
+    return [Experiment(
+        "Compass-Thinker: staged curriculum",
+        "Compass-Thinker Sec. 3-4: training in stages of increasing difficulty beats one uniform mix of all levels.",
+        COMMON + ["--recipe", "compass", "--max-steps", "30", "--eval-every", "5", "--eval-samples", "0"],
+        {"staged easy -> hard": [], "uniform mix": ["--curriculum", ""]}, check,
+        [("greedy acc", final("eval/accuracy"))] + [(f"level {k}", final(f"eval/accuracy_level{k}")) for k in range(1, 6)],
+        [(f"held-out accuracy, level {k}", f"eval:eval/accuracy_level{k}") for k in (1, 3, 5)]
+        + [("held-out accuracy", "eval:eval/accuracy")],
+        note="The compass recipe (+-1 reward, clip-higher, token-mean, dynamic sampling, mu 8 at this batch) either way; "
+             "the uniform mix is the same run with --curriculum ''.")]
+
+
+PAPERS = {"dapo": dapo_experiments, "entropy": entropy_experiments, "skywork": skywork_experiments,
+          "ringlite": ringlite_experiments, "mimo": mimo_experiments, "compass": compass_experiments}
+
+
+# ------------------------------------------------------------------------------------------------
+# Running
+def slug(s: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in s.lower()).strip("-").replace("--", "-")
+
+
+def train_argv(exp, variant, seed, out, smoke):
+    argv = exp.base + exp.variants[variant] + ["--seed", str(seed), "--output-dir", out]
+    if smoke:
+        argv += ["--max-steps", "2", "--eval-every", "0", "--eval-problems", "8", "--eval-samples", "0"]
+        if any("steps=" in a for a in argv):  # stages with their own step counts: one step each, two stages
+            argv += ["--stages", "data=builtin-math reward=math steps=1; data=builtin-code reward=code max_new_tokens=96 "
+                                 "eval_problems=4 steps=1"]
+    return argv
+
+
+def run_one(argv, out):
+    """train.py in a subprocess; reused when `out` holds a finished run with the same arguments."""
+    done = os.path.join(out, "summary.json")
+    if os.path.exists(done) and os.path.exists(os.path.join(out, "argv.json")) and json.load(open(os.path.join(out, "argv.json"))) == argv:
+        return 0.0
+    os.makedirs(out, exist_ok=True)
+    for name in ("summary.json", "metrics.jsonl", "evals.jsonl", "samples.jsonl"):
+        if os.path.exists(os.path.join(out, name)):
+            os.remove(os.path.join(out, name))
+    with open(os.path.join(out, "argv.json"), "w") as f:
+        json.dump(argv, f)
+    t0 = time.time()
+    with open(os.path.join(out, "train.log"), "w") as log:
+        rc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *argv], cwd=ROOT, stdout=log,
+                            stderr=subprocess.STDOUT, env={**os.environ, "TQDM_DISABLE": "1"}).returncode
+    if rc != 0:
+        raise SystemExit(f"error: train.py failed (exit {rc}) in {out}; its output: {os.path.join(out, 'train.log')}")
+    return time.time() - t0
+
+
+def load_run(out) -> Run:
+    read = lambda name: [json.loads(x) for x in open(os.path.join(out, name))]  # noqa: E731
+    return Run(out, read("metrics.jsonl"), read("evals.jsonl"), json.load(open(os.path.join(out, "summary.json"))))
+
+
+def run_paper(paper, seeds, workers, root, smoke):
+    exps = PAPERS[paper]()
+    jobs = [(e, v, s, os.path.join(root, paper, slug(e.name)[:40], slug(v), f"seed{s}"))
+            for e in exps for v in e.variants for s in seeds]
+    t0, n = time.time(), len(jobs)
+    print(f"[{paper}] {n} runs ({len(exps)} experiment(s), {len(seeds)} seed(s)), {workers} at a time", flush=True)
+
+    def go(k_job):
+        k, (e, v, s, out) = k_job
+        dt = run_one(train_argv(e, v, s, out, smoke), out)
+        print(f"[{paper}] {k + 1}/{n} {e.name[:40]} | {v} | seed {s}: {'reused' if not dt else f'{dt:.0f}s'} "
+              f"({time.time() - t0:.0f}s elapsed)", flush=True)
+        return dt
+
+    with ThreadPoolExecutor(workers) as pool:
+        fresh = sum(1 for dt in pool.map(go, enumerate(jobs)) if dt)
+    wall_file = os.path.join(root, paper, "wall.json")  # the command's wall time when it last ran every run itself
+    if fresh == n:
+        with open(wall_file, "w") as f:
+            json.dump({"wall_s": time.time() - t0, "workers": workers}, f)
+    wall = json.load(open(wall_file))["wall_s"] if os.path.exists(wall_file) else time.time() - t0
+    for e in exps:
+        e.runs = {v: [load_run(out) for e2, v2, _, out in jobs if e2 is e and v2 == v] for v in e.variants}
+    return exps, wall
+
+
+# ------------------------------------------------------------------------------------------------
+# Reporting
+def series(run: Run, spec):
+    if callable(spec):
+        out = spec(run)
+        return out if isinstance(out, tuple) else ([m["step"] for m in run.metrics], out)
+    if spec.startswith("eval:"):
+        key = spec[5:]
+        return [e["step"] for e in run.evals], [e.get(key, float("nan")) for e in run.evals]
+    return [m["step"] for m in run.metrics], [m.get(spec, float("nan")) for m in run.metrics]
+
+
+def plot(exps, path, command):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = max(len(e.plots) for e in exps)
+    fig, axes = plt.subplots(len(exps), cols, figsize=(4.2 * cols, 3.4 * len(exps)), squeeze=False)
+    for row, e in zip(axes, exps):
+        for ax, (title, spec) in zip(row, e.plots):
+            for v, runs in e.runs.items():
+                curves = [series(r, spec) for r in runs]
+                steps = curves[0][0]
+                n = min(len(c[1]) for c in curves)
+                vals = [[c[1][i] for c in curves] for i in range(n)]
+                mean = [statistics.mean(x) for x in vals]
+                line_, = ax.plot(steps[:n], mean, label=v)
+                ax.fill_between(steps[:n], [min(x) for x in vals], [max(x) for x in vals], alpha=0.2, color=line_.get_color())
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel("step", fontsize=8)
+        row[0].legend(fontsize=7)
+        row[0].set_ylabel(e.name[:38], fontsize=8)
+        for ax in row[len(e.plots):]:
+            ax.axis("off")
+    seeds = len(next(iter(exps[0].runs.values())))
+    fig.suptitle(f"{command}   (mean of {seeds} seeds; band: min..max)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def report(paper, exps, seeds, wall, command, write_docs):
+    md = [f"# Reproduction: {paper}", "", f"Command: `{command}` ({wall / 60:.1f} min on this machine; "
+          f"seeds {', '.join(map(str, seeds))}; runs in `runs/reproduce/{paper}/`).", "",
+          f"![{paper}](reproduce_{paper}.png)", ""]
+    verdicts = []
+    for e in exps:
+        verdict, checks = e.check(e, e.runs)
+        verdicts.append((e.name, verdict))
+        md += [f"## {e.name}", "", f"**Claim.** {e.claim}", "", f"**Verdict: {verdict}.**", ""]
+        md += [f"- {c}" for c in checks] + [""]
+        md += ["| variant | " + " | ".join(t for t, _ in e.table) + " |", "|---" * (len(e.table) + 1) + "|"]
+        for v, runs in e.runs.items():
+            md.append(f"| {v} | " + " | ".join(mean_sd([fn(r) for r in runs]) for _, fn in e.table) + " |")
+        md += ["", "Per seed (" + e.table[0][0] + "): " + "; ".join(
+            f"{v}: " + ", ".join(f"{e.table[0][1](r):.3g}" for r in runs) for v, runs in e.runs.items()), ""]
+        md += [f"Settings: `python train.py {' '.join(a if a else repr(a) for a in e.base)}` + per variant: "
+               + "; ".join(f"{v}: `{' '.join(a if a else repr(a) for a in flags) or '(nothing)'}`" if len(' '.join(flags)) < 120
+                           else f"{v}: `{' '.join(flags)[:110]}...`" for v, flags in e.variants.items()) + ".", ""]
+        if e.note:
+            md += [e.note, ""]
+    text = "\n".join(md)
+    print(text)
+    if write_docs:
+        docs = os.path.join(ROOT, "docs")
+        os.makedirs(docs, exist_ok=True)
+        with open(os.path.join(docs, f"reproduce_{paper}.md"), "w") as f:
+            f.write(text)
+        plot(exps, os.path.join(docs, f"reproduce_{paper}.png"), command)
+        print(f"wrote docs/reproduce_{paper}.md and docs/reproduce_{paper}.png")
+    return verdicts
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("paper", choices=list(PAPERS) + ["all"])
+    ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
+    ap.add_argument("--workers", type=int, default=2, help="train.py runs at a time (default: 2, one per core)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "runs", "reproduce"), help="where the runs go")
+    ap.add_argument("--smoke", action="store_true", help="2 steps, the first seed only, nothing written to docs/")
+    a = ap.parse_args(argv)
+    try:
+        seeds = [int(s) for s in a.seeds.split(",")]
+    except ValueError:
+        raise SystemExit(f"error: --seeds: {a.seeds!r} is not a comma-separated list of integers") from None
+    if a.smoke:
+        seeds = seeds[:1]
+    out = {}
+    for paper in (list(PAPERS) if a.paper == "all" else [a.paper]):
+        exps, wall = run_paper(paper, seeds, max(1, a.workers), a.out, a.smoke)
+        command = f"python bench/reproduce.py {paper}" + (f" --seeds {a.seeds}" if a.seeds != "0,1,2" else "")
+        out[paper] = report(paper, exps, seeds, wall, command, write_docs=not a.smoke)
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main() and 0)
