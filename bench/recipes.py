@@ -20,6 +20,7 @@ COLUMNS = {
     "policy/entropy_coef": "entropy coef", "data/easy_slot_share_total": "easy share", "data/easy_pool_size": "easy pool",
     "data/stage": "stage", "data/dropped_total": "dropped",
 }
+# avg@k with --stages: summary.json has "math avg@4_before", "code accuracy_after", ...
 
 
 def main():
@@ -42,9 +43,12 @@ def main():
         cfg = json.load(open(os.path.join(out, "config.json")))
         mu = cfg["epochs"] * cfg["batch_size"] // cfg["mini_batch_size"]
         k = cfg["eval_samples"]
-        avg = (f"avg@{k} {s[f'avg@{k}_before']:.3f} → {s[f'avg@{k}_after']:.3f} ({cfg['eval_temperature']}, {cfg['eval_top_p']})"
-               if f"avg@{k}_before" in s else "–")
-        lines.append(f"| {r} | {mu} | {s['accuracy_before']:.3f} | {s['accuracy_after']:.3f} | {s['accuracy_after'] - s['accuracy_before']:+.3f} "
+        tasks = [t for t in ("math ", "code ") if f"{t}accuracy_before" in s] or [""]  # --stages: one value per task
+        cell = lambda key, fmt: ", ".join(f"{t}{fmt.format(s[t + key])}" for t in tasks)  # noqa: E731
+        avg = (cell(f"avg@{k}_before", "{:.3f}") + " → " + cell(f"avg@{k}_after", "{:.3f}") +
+               f" ({cfg['eval_temperature']}, {cfg['eval_top_p']})" if f"{tasks[0]}avg@{k}_before" in s else "–")
+        gain = ", ".join(f"{t}{s[t + 'accuracy_after'] - s[t + 'accuracy_before']:+.3f}" for t in tasks)
+        lines.append(f"| {r} | {mu} | {cell('accuracy_before', '{:.3f}')} | {cell('accuracy_after', '{:.3f}')} | {gain} "
                      f"| {avg} | {s['wall_time_s']:.0f} | {', '.join(tech)} |")
         print("\n".join(lines), flush=True)
 

@@ -3,8 +3,10 @@
     python bench/reproduce.py dapo       # DAPO Table 1: the cumulative ablation, GRPO -> DAPO
     python bench/reproduce.py entropy    # DAPO Sec. 3.1 / Skywork Sec. 3.7: clip-higher and mu > 1 vs entropy
     python bench/reproduce.py skywork    # Skywork-OR1 Sec. 3.2: adaptive entropy vs fixed coefficients
-    python bench/reproduce.py ringlite   # Ring-lite Fig. 7 (C3PO vs GRPO) and two-stage vs joint math + code
-    python bench/reproduce.py mimo       # MiMo: seamless vs naive sampling, easy pool vs drop, strict vs soft code reward
+    python bench/reproduce.py ringlite   # Ring-lite Fig. 7: C3PO's token budget vs GRPO
+    python bench/reproduce.py ringlite-stages   # Ring-lite: two-stage math -> code vs a joint schedule
+    python bench/reproduce.py mimo       # MiMo: seamless vs naive dynamic sampling, easy pool vs dropping solved prompts
+    python bench/reproduce.py mimo-code  # MiMo: strict vs soft test-difficulty reward on the built-in code task
     python bench/reproduce.py compass    # Compass-Thinker: staged easy -> hard curriculum vs a uniform mix
     python bench/reproduce.py all
 
@@ -247,17 +249,6 @@ def ringlite_experiments():
         return verdict_of([tok, gn]), [line("tokens per update, sd / mean over steps: C3PO vs GRPO", tok),
                                       line("grad norm, sd / mean over steps: C3PO vs GRPO", gn)]
 
-    stages = "data=builtin-math reward=math max_new_tokens=64 steps={m}; data=builtin-code reward=code max_new_tokens=96 " \
-             "eval_problems=100 steps={c}"
-    joint = "; ".join(["data=builtin-math reward=math max_new_tokens=64 steps=1; "
-                       "data=builtin-code reward=code max_new_tokens=96 eval_problems=100 steps=1"] * 10)
-
-    def check_b(exp, runs):
-        m = compare(exp, "two-stage (math, then code)", "joint (math and code steps alternate)", final("eval/math/accuracy"))
-        c = compare(exp, "two-stage (math, then code)", "joint (math and code steps alternate)", final("eval/code/accuracy"))
-        return verdict_of([m, c]), [line("final math accuracy: two-stage vs joint", m), line("final code accuracy: two-stage vs joint", c)]
-
-    b_base = COMMON + ["--recipe", "c3po", "--batch-size", "64", "--max-steps", "20", "--eval-every", "0", "--eval-samples", "0"]
     return [
         Experiment(
             "Ring-lite Fig. 7: C3PO's constant token budget",
@@ -270,7 +261,22 @@ def ringlite_experiments():
              ("response length", over_run("rollout/response_length")), ("greedy acc", final("eval/accuracy"))],
             [("tokens per update", tokens), ("grad norm", "perf/grad_norm"), ("response length", "rollout/response_length")],
             note="Ring-lite's other settings (KL 1e-3, entropy 5e-4, mu 1) in both; GRPO with token-mean. The budget 1024 "
-                 "is below the step's ~1.5-3K response tokens, so it binds on every step."),
+                 "is below the step's ~1.5-3K response tokens, so it binds on every step.")]
+
+
+def ringlite_stages_experiments():
+    stages = "data=builtin-math reward=math max_new_tokens=64 steps={m}; data=builtin-code reward=code max_new_tokens=96 " \
+             "eval_problems=100 steps={c}"
+    joint = "; ".join(["data=builtin-math reward=math max_new_tokens=64 steps=1; "
+                       "data=builtin-code reward=code max_new_tokens=96 eval_problems=100 steps=1"] * 10)
+
+    def check_b(exp, runs):
+        m = compare(exp, "two-stage (math, then code)", "joint (math and code steps alternate)", final("eval/math/accuracy"))
+        c = compare(exp, "two-stage (math, then code)", "joint (math and code steps alternate)", final("eval/code/accuracy"))
+        return verdict_of([m, c]), [line("final math accuracy: two-stage vs joint", m), line("final code accuracy: two-stage vs joint", c)]
+
+    b_base = COMMON + ["--recipe", "c3po", "--batch-size", "64", "--mini-batch-size", "64", "--max-steps", "20", "--eval-every", "0", "--eval-samples", "0"]
+    return [
         Experiment(
             "Ring-lite: two-stage math -> code vs a joint mix",
             "Ring-lite Sec. 3.4, Tables 3-4: RL on math first, then code (length limit raised), beats mixing the domains "
@@ -282,8 +288,7 @@ def ringlite_experiments():
             [("train accuracy", "rollout/accuracy"), ("response length", "rollout/response_length")],
             note="The c3po recipe on the math + code tiny model, 8 prompts x 8 per step, 20 steps either way: 10 math then "
                  "10 code, or alternating. 'Joint' alternates whole steps (each batch is one domain), the nearest "
-                 "schedule --stages expresses; Ring-lite's joint runs mix domains within a batch."),
-    ]
+                 "schedule --stages expresses; Ring-lite's joint runs mix domains within a batch.")]
 
 
 def mimo_experiments():
@@ -299,27 +304,17 @@ def mimo_experiments():
         return verdict_of([t, w]), [line("rollout seconds per step: seamless vs naive", t),
                                    line("share of generated responses discarded: seamless vs naive", w)]
 
-    pool = COMMON + ["--dynamic-sampling", "--mini-batch-size", "32", "--max-steps", "30", "--eval-every", "0",
+    pool = COMMON + ["--dynamic-sampling", "--mini-batch-size", "32", "--max-steps", "24", "--eval-every", "0",
                      "--eval-samples", "0"]
 
-    def eff(r):  # kept / generated over the last 10 steps: the sampling efficiency
-        return statistics.mean(128 / m["rollout/generated"] for m in r.metrics[-10:])
+    def eff(r):  # kept / generated over the last 8 steps: the sampling efficiency
+        return statistics.mean(128 / m["rollout/generated"] for m in r.metrics[-8:])
 
     def check_b(exp, runs):
         e = compare(exp, "easy pool (alpha 0.1)", "no pool", eff)
         d = compare(exp, "easy pool (alpha 0.1)", "drop solved", final("eval/accuracy"))
-        return verdict_of([e, d]), [line("sampling efficiency (kept / generated, last 10 steps): easy pool vs no pool", e),
+        return verdict_of([e, d]), [line("sampling efficiency (kept / generated, last 8 steps): easy pool vs no pool", e),
                                    line("final greedy accuracy: easy pool vs dropping solved prompts", d)]
-
-    code = COMMON + ["--train-data", "builtin-code", "--batch-size", "64", "--max-new-tokens", "96", "--max-steps", "12",
-                     "--eval-problems", "100", "--eval-every", "0", "--eval-samples", "0"]
-
-    def hard(r):
-        return over_run("rollout/signal_frac_level3")(r)
-
-    def check_c(exp, runs):
-        s = compare(exp, "soft", "strict", hard)
-        return verdict_of([s]), [line("share of level-3 groups with a signal (rewards not all equal): soft vs strict", s)]
 
     return [
         Experiment(
@@ -330,9 +325,9 @@ def mimo_experiments():
             [("rollout s/step", over_run("perf/gen_time_s")), ("step s", over_run("perf/step_time_s")),
              ("generated/step", over_run("rollout/generated")), ("discarded share", waste)],
             [("rollout seconds", "perf/gen_time_s"), ("responses generated", "rollout/generated")],
-            note="HF-style waves (no vLLM on this machine's default engine): the saving is the launch sizing and the "
-                 "overlap of scoring with generation, not continuous batching. Two runs share the 2 cores, so the "
-                 "seconds are noisy; the generated counts are not."),
+            note="Waves on the default engine (vLLM's continuous batching is the --rollout vllm path): the saving is the "
+                 "launch sizing and the overlap of scoring with generation. Two runs share the 2 cores, so the seconds "
+                 "are noisy; the generated counts are not."),
         Experiment(
             "MiMo Sec. 3.3: easy-data resampling",
             "MiMo Sec. 3.3: as more problems reach a 100% pass rate, dynamic sampling wastes more generations; moving them "
@@ -340,22 +335,35 @@ def mimo_experiments():
             "the policy stable.",
             pool, {"no pool": [], "easy pool (alpha 0.1)": ["--easy-pool-alpha", "0.1"], "drop solved": ["--drop-solved"]},
             check_b,
-            [("efficiency, last 10", eff), ("gen rounds", over_run("rollout/gen_rounds")), ("greedy acc", final("eval/accuracy")),
+            [("efficiency, last 8", eff), ("gen rounds", over_run("rollout/gen_rounds")), ("greedy acc", final("eval/accuracy")),
              ("easy share", over_run("data/easy_slot_share"))],
             [("kept / generated", lambda r: ([m["step"] for m in r.metrics], [128 / m["rollout/generated"] for m in r.metrics])),
              ("train accuracy", "rollout/accuracy")],
             note="mu = 4. 'drop solved' = --drop-solved: a prompt solved perfectly once leaves the pool for good."),
-        Experiment(
-            "MiMo Sec. 3.3.1: strict vs soft test-difficulty reward on code",
-            "MiMo Sec. 3.3.1: with the strict reward hard problems rarely get any signal; the soft reward (partial credit "
-            "per passed test) gives them one.",
-            code, {"strict": ["--reward", "code-strict"], "soft": ["--reward", "code-soft"]}, check_c,
-            [("level-3 groups with signal", hard), ("level-1 groups with signal", over_run("rollout/signal_frac_level1")),
-             ("code acc after", final("eval/accuracy")), ("code score after", final("eval/score"))],
-            [("level-3 groups with signal", "rollout/signal_frac_level3"), ("train accuracy (all tests)", "rollout/accuracy")],
-            note="The built-in code task (3 test levels, 2 tests each), 8 prompts x 8 per step, plain GRPO so that every "
-                 "generated group is counted (no filter)."),
     ]
+
+
+def mimo_code_experiments():
+    code = COMMON + ["--train-data", "builtin-code", "--batch-size", "64", "--mini-batch-size", "64", "--max-new-tokens", "96",
+                     "--max-steps", "12", "--eval-problems", "100", "--eval-every", "0", "--eval-samples", "0"]
+
+    def hard(r):
+        return over_run("rollout/signal_frac_level3")(r)
+
+    def check(exp, runs):
+        s = compare(exp, "soft", "strict", hard)
+        return verdict_of([s]), [line("share of level-3 groups with a signal (rewards not all equal): soft vs strict", s)]
+
+    return [Experiment(
+        "MiMo Sec. 3.3.1: strict vs soft test-difficulty reward on code",
+        "MiMo Sec. 3.3.1: with the strict reward hard problems rarely get any signal; the soft reward (partial credit "
+        "per passed test) gives them one.",
+        code, {"strict": ["--reward", "code-strict"], "soft": ["--reward", "code-soft"]}, check,
+        [("level-3 groups with signal", hard), ("level-1 groups with signal", over_run("rollout/signal_frac_level1")),
+         ("code acc after", final("eval/accuracy")), ("code score after", final("eval/score"))],
+        [("level-3 groups with signal", "rollout/signal_frac_level3"), ("train accuracy (all tests)", "rollout/accuracy")],
+        note="The built-in code task (3 test levels, 2 tests each), 8 prompts x 8 per step, plain GRPO so that every "
+             "generated group is counted (no filter).")]
 
 
 def compass_experiments():
@@ -381,7 +389,8 @@ def compass_experiments():
 
 
 PAPERS = {"dapo": dapo_experiments, "entropy": entropy_experiments, "skywork": skywork_experiments,
-          "ringlite": ringlite_experiments, "mimo": mimo_experiments, "compass": compass_experiments}
+          "ringlite": ringlite_experiments, "ringlite-stages": ringlite_stages_experiments, "mimo": mimo_experiments,
+          "mimo-code": mimo_code_experiments, "compass": compass_experiments}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -402,21 +411,23 @@ def train_argv(exp, variant, seed, out, smoke):
 
 def run_one(argv, out):
     """train.py in a subprocess; reused when `out` holds a finished run with the same arguments."""
-    done = os.path.join(out, "summary.json")
-    if os.path.exists(done) and os.path.exists(os.path.join(out, "argv.json")) and json.load(open(os.path.join(out, "argv.json"))) == argv:
+    done, meta = os.path.join(out, "summary.json"), os.path.join(out, "run.json")
+    if os.path.exists(done) and os.path.exists(meta) and json.load(open(meta))["argv"] == argv:
         return 0.0
     os.makedirs(out, exist_ok=True)
     for name in ("summary.json", "metrics.jsonl", "evals.jsonl", "samples.jsonl"):
         if os.path.exists(os.path.join(out, name)):
             os.remove(os.path.join(out, name))
-    with open(os.path.join(out, "argv.json"), "w") as f:
-        json.dump(argv, f)
+    with open(meta, "w") as f:
+        json.dump({"argv": argv}, f)
     t0 = time.time()
     with open(os.path.join(out, "train.log"), "w") as log:
         rc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *argv], cwd=ROOT, stdout=log,
                             stderr=subprocess.STDOUT, env={**os.environ, "TQDM_DISABLE": "1"}).returncode
     if rc != 0:
         raise SystemExit(f"error: train.py failed (exit {rc}) in {out}; its output: {os.path.join(out, 'train.log')}")
+    with open(meta, "w") as f:  # how long it took, and how busy the machine was when it ended
+        json.dump({"argv": argv, "wall_s": time.time() - t0, "load_avg_1min": os.getloadavg()[0]}, f)
     return time.time() - t0
 
 
@@ -440,12 +451,11 @@ def run_paper(paper, seeds, workers, root, smoke):
         return dt
 
     with ThreadPoolExecutor(workers) as pool:
-        fresh = sum(1 for dt in pool.map(go, enumerate(jobs)) if dt)
-    wall_file = os.path.join(root, paper, "wall.json")  # the command's wall time when it last ran every run itself
-    if fresh == n:
-        with open(wall_file, "w") as f:
-            json.dump({"wall_s": time.time() - t0, "workers": workers}, f)
-    wall = json.load(open(wall_file))["wall_s"] if os.path.exists(wall_file) else time.time() - t0
+        list(pool.map(go, enumerate(jobs)))
+    metas = [json.load(open(os.path.join(out, "run.json"))) for *_, out in jobs]
+    # the command's cost: the runs' total seconds over the workers (a run reused from an interrupted command counts
+    # what it took then), and the busiest the machine was when a run ended
+    wall = (sum(m["wall_s"] for m in metas) / workers, max(m["load_avg_1min"] for m in metas))
     for e in exps:
         e.runs = {v: [load_run(out) for e2, v2, _, out in jobs if e2 is e and v2 == v] for v in e.variants}
     return exps, wall
@@ -495,8 +505,9 @@ def plot(exps, path, command):
 
 
 def report(paper, exps, seeds, wall, command, write_docs):
-    md = [f"# Reproduction: {paper}", "", f"Command: `{command}` ({wall / 60:.1f} min on this machine; "
-          f"seeds {', '.join(map(str, seeds))}; runs in `runs/reproduce/{paper}/`).", "",
+    md = [f"# Reproduction: {paper}", "", f"Command: `{command}` (~{wall[0] / 60:.1f} min on this 2-core machine: the "
+          f"runs' total time over 2 workers, load average up to {wall[1]:.1f} while they ran; seeds "
+          f"{', '.join(map(str, seeds))}; runs in `runs/reproduce/{paper}/`).", "",
           f"![{paper}](reproduce_{paper}.png)", ""]
     verdicts = []
     for e in exps:

@@ -59,10 +59,15 @@ def test_resume_matches_uninterrupted_run(tiny_model_path, tmp_path):
 
 @pytest.mark.parametrize("recipe", list(train.RECIPES))
 def test_every_recipe_runs_two_steps(trained_model_path, tmp_path, recipe):
-    hist = run(trained_model_path, tmp_path / recipe, "--recipe", recipe, "--max-steps", "2", "--max-gen-rounds", "20")
+    extra = []
+    if recipe == "c3po":  # its code stage evaluates 100 problems (sandboxed); 4 here. Math then code, 1 step each
+        extra = ["--stages", train.RECIPES["c3po"]["stages"].replace("eval_problems=100", "eval_problems=4")]
+    hist = run(trained_model_path, tmp_path / recipe, "--recipe", recipe, "--max-steps", "2", "--max-gen-rounds", "20", *extra)
     assert len(hist) == 2 and all(r["policy/updates"] >= 0 for r in hist)
     cfg = json.load(open(tmp_path / recipe / "config.json"))
-    given = {a[2:].replace("-", "_") for a in SMALL if a.startswith("--")}  # flags given win over the preset
+    given = {a[2:].replace("-", "_") for a in SMALL + extra if a.startswith("--")}  # flags given win over the preset
+    if recipe == "c3po":
+        assert [r["stage"] for r in hist] == [1, 2] and hist[1]["rollout/response_length_max"] <= 96
     for k, v in train.RECIPES[recipe].items():
         assert cfg[k] == (v if k not in given else cfg[k]), (recipe, k)
         assert k not in given or train.parse_config(["--recipe", recipe]).__dict__[k] == v, (recipe, k)
