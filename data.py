@@ -5,6 +5,8 @@ Notable features
     worked steps ("17+25=42 42+9=51 \\boxed{51}"), difficulty levels 1-5, generated deterministically
     from a seed. Train and held-out splits are disjoint by construction: the split of a problem is a
     hash of its text, so no held-out problem can ever be drawn for training, whatever the seed.
+  * A built-in code task ('builtin-code'): piecewise functions of one integer, a five-line program each, graded
+    by stdin/stdout tests in three difficulty levels (see builtin_code_task), with the same split rule.
   * Loaders for local JSONL / JSON / Parquet files (and hub names when `datasets` is installed) that map
     the common schemas to (prompt, answer):
         gsm8k      question, answer ending in "#### N"

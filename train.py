@@ -5,6 +5,8 @@
         --max-new-tokens 4096 --lr 1e-6 --batch-size 512 --mini-batch-size 512 --micro-batch-size 8
     accelerate launch --num_processes 8 train.py ...  # the same file on N processes (DDP), unchanged
     python train.py --recipe dapo                     # a paper's recipe (grpo dapo c3po skywork mimo compass)
+    python train.py --reward code-soft --train-data builtin-code   # code RL on the built-in code task
+    python train.py --recipe c3po                     # Ring-lite: math, then code, in one run (--stages)
     python train.py --help                            # every option, with its meaning
 
 The loop (DeepSeekMath Alg. 1, as the seed papers run it), one iteration per `step`:
