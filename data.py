@@ -300,6 +300,15 @@ def row_to_example(row: dict, schema: str | None = None) -> Example:
         raise ValueError(f"field '{qname}' is missing or empty")
     if a is None or (isinstance(a, str) and not a.strip()):
         raise ValueError("field 'answer' is missing or empty")
+    level, pr = level_and_pass_rate(row)
+    keep = {k: v for k, v in row.items() if k in ("num_samples", "id", "source")}
+    return Example(prompt=q, answer=str(a).strip(), level=level, pass_rate=pr, meta=keep)
+
+
+def level_and_pass_rate(row: dict) -> tuple[int | None, float | None]:
+    """(level, pass_rate) of a row: `difficulty` (grade.py's graded level) wins over `level` (the source's own);
+    MATH's "Level 3" reads as 3, labels off the 1-5 scale ("Level ?", "EASY") as unknown. Raises ValueError naming
+    the field when an integer level is outside 1-5 or `pass_rate` outside [0, 1]."""
     level = row.get("difficulty", row.get("level"))
     if level is not None:
         if isinstance(level, str) and level.strip().startswith("Level "):  # MATH: "Level 1".."Level 5", "Level ?"
@@ -313,8 +322,7 @@ def row_to_example(row: dict, schema: str | None = None) -> Example:
     pr = row.get("pass_rate")
     if pr is not None and not (isinstance(pr, (int, float)) and 0.0 <= pr <= 1.0):
         raise ValueError(f"field 'pass_rate' must be a number in [0, 1], got {pr!r}")
-    keep = {k: v for k, v in row.items() if k in ("num_samples", "id", "source")}
-    return Example(prompt=q, answer=str(a).strip(), level=level, pass_rate=pr, meta=keep)
+    return level, pr
 
 
 def read_rows(path: str) -> list[tuple[str, dict]]:
@@ -390,12 +398,18 @@ def load_code_dataset(path: str) -> list[Example]:
     """Code problems (question, tests or TACO-style input_output, optional fn_name; see normalize_problem).
 
     The Example's `answer` is the normalised problem itself: the code reward (coding/code_reward.py) runs its tests.
+    Its `level` and `pass_rate` are read as for math rows (level_and_pass_rate): grade.py's `difficulty` wins over a
+    `level` field (the built-in code task's own level, as grade.py writes it).
     """
     try:
         problems = load_code_problems(path)
     except CodeDataError as e:
         raise DataError(str(e)) from None
-    return [Example(prompt=p["question"], answer=p, level=None, meta={"kind": "code"}) for p in problems]
+    out = []
+    for p in problems:
+        level, pass_rate = level_and_pass_rate(p)
+        out.append(Example(prompt=p["question"], answer=p, level=level, pass_rate=pass_rate, meta={"kind": "code"}))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -480,6 +494,7 @@ def load_code_problems(path: str) -> list[dict]:
                     raise ValueError("a problem must be a JSON object")
                 if not isinstance(row.get("question"), str):
                     raise ValueError("missing field 'question'")
+                level_and_pass_rate(row)  # a graded file's difficulty / pass_rate, checked here for the line number
                 problems.append(normalize_problem(row))
             except ValueError as e:
                 raise CodeDataError(f"{path}:{lineno}: {e}") from None

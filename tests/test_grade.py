@@ -273,3 +273,156 @@ def test_other_schemas_become_plain(tmp_path):
     assert rows[3]["source_difficulty"] == 2  # a source rating is kept under another name
     assert [r["pass_rate"] for r in rows] == [1.0, 0.0, 1.0, 0.0]
     assert [e.level for e in data.load_dataset(str(out))] == [2, 4, 2, 4]
+
+
+# ------------------------------------------------------------------------------------------------
+# Code problems: scripted completions, the real sandbox
+# ------------------------------------------------------------------------------------------------
+CODE_FIX = os.path.join(os.path.dirname(FIX), "code")
+
+
+def fenced(program):
+    return f"```python\n{program}```"
+
+
+class ScriptedEngine(Engine):
+    """Known completions: prompt -> the list of texts returned for it (sample j gets texts[j % len(texts)]).
+
+    Keyed by the code prompt (data.build_prompt(..., "code")), so a math prompt finds nothing. `fail_after` as in
+    StubEngine."""
+
+    def __init__(self, script, fail_after=None):
+        self.script = {data.build_prompt(None, q, "code"): texts for q, texts in script.items()}
+        self.fail_after, self.calls, self.prompts_seen = fail_after, 0, 0
+
+    def generate(self, prompts, n, params):
+        if self.fail_after is not None and self.calls >= self.fail_after:
+            raise KeyboardInterrupt("simulated interruption")
+        self.calls += 1
+        self.prompts_seen += len(prompts)
+        return [[Completion([1], self.script[p][j % len(self.script[p])], 1, False) for j in range(n)] for p in prompts]
+
+
+# six built-in code problems (seed 0): their levels (number of clauses), and 4 scripted samples each:
+# S = the problem's own solution, P = data.partial_program (base formula only), N = no code, T = an unterminated block
+CODE_LEVELS = [1, 3, 3, 2, 2, 1]
+CODE_SCRIPT = ["PPPP", "SSSS", "SSSP", "SSPP", "SPNT", "PPNT"]
+# P passes a one-clause problem (it is the solution) and fails the others; N and T never run
+CODE_PASS = [1.0, 1.0, 0.75, 0.5, 0.25, 0.5]
+# levels by hand (n = 6): 1.0 x2 -> block [0, 2) centre 1 -> 1 + floor(5/6) = 1; 0.75 -> [2, 3) -> 1 + floor(12.5/6) = 3;
+# 0.5 x2 -> [3, 5) -> 1 + floor(20/6) = 4; 0.25 -> [5, 6) -> 1 + floor(27.5/6) = 5
+CODE_DIFFICULTY = [1, 1, 3, 4, 5, 4]
+
+
+def code_engine(fail_after=None):
+    exs = data.builtin_code_task(6, seed=0)
+    assert [ex.level for ex in exs] == CODE_LEVELS
+    kinds = lambda ex: {"S": ex.solution, "P": data.partial_program(ex), "N": "print it, I think",
+                        "T": "```python\nn=int(input())\nprint(n"}
+    return ScriptedEngine({ex.prompt: [kinds(ex)[c] for c in s] for ex, s in zip(exs, CODE_SCRIPT)}, fail_after)
+
+
+def code_cli(out, *extra, engine=None):
+    engine = engine or code_engine()
+    rows = grade.main(["--data", "builtin-code", "--n", "6", "--samples", "4", "--batch-prompts", "2",
+                       "--out", str(out), "--quiet", *extra], engine=engine)
+    return rows, engine
+
+
+@pytest.fixture(scope="module")
+def graded_code(tmp_path_factory):
+    out = tmp_path_factory.mktemp("code") / "graded.jsonl"
+    code_cli(out)
+    return out
+
+
+def test_code_grading_known_pass_rates(graded_code):
+    rows = read_jsonl(graded_code)
+    assert [r["pass_rate"] for r in rows] == CODE_PASS
+    assert [r["num_samples"] for r in rows] == [4] * 6 and [r["difficulty"] for r in rows] == CODE_DIFFICULTY
+    # the rows: the problem dict of the built-in task plus its own level, then the grading fields
+    exs = data.builtin_code_task(6, seed=0)
+    for r, ex in zip(rows, exs):
+        assert list(r) == ["question", "tests", "fn_name", "level", "pass_rate", "num_samples", "difficulty"]
+        assert {k: r[k] for k in ("question", "tests", "fn_name")} == ex.answer and r["level"] == ex.level
+
+
+def test_code_rows_read_back_with_levels(graded_code, tmp_path, capsys):
+    back = data.load_dataset(str(graded_code), schema="code")  # what train.py --reward code reads
+    assert [ex.level for ex in back] == CODE_DIFFICULTY and [ex.pass_rate for ex in back] == CODE_PASS
+    exs = data.builtin_code_task(6, seed=0)
+    assert [ex.answer["tests"] for ex in back] == [ex.answer["tests"] for ex in exs]
+    assert all(ex.meta == {"kind": "code"} for ex in back)
+    # before grading, a row's `level` is read (the built-in code rows as grade.py writes them, less the grading)
+    ungraded = tmp_path / "ungraded.jsonl"
+    write_text(ungraded, "".join(json.dumps({k: r[k] for k in ("question", "tests", "fn_name", "level")}) + "\n"
+                                 for r in read_jsonl(graded_code)))
+    assert [ex.level for ex in data.load_code_dataset(str(ungraded))] == CODE_LEVELS
+    # the filter subcommand takes a graded code file as it is
+    kept = tmp_path / "kept.jsonl"
+    grade.main(["filter", "--data", str(graded_code), "--rule", "skywork", "--out", str(kept)])
+    assert read_jsonl(kept) == [r for r, p in zip(read_jsonl(graded_code), CODE_PASS) if 0 < p < 1]
+    assert "skywork: kept 4 of 6" in capsys.readouterr().out
+
+
+def test_code_grading_prints_rank_correlation(tmp_path, capsys):
+    code_cli(tmp_path / "g.jsonl", "--filter", "mimo")
+    o = capsys.readouterr().out
+    rho = grade.spearman(CODE_DIFFICULTY, CODE_LEVELS)
+    assert f"rank correlation with the input's own level (6 problems)" in o and f"spearman(difficulty, level) = {rho:+.3f}" in o
+    assert [r["pass_rate"] for r in read_jsonl(tmp_path / "g.jsonl")] == [0.75, 0.5, 0.25, 0.5]  # <= 0.9 kept
+
+
+def test_code_file_rows_kept_as_read(tmp_path):
+    problems = {r["id"]: r for r in read_jsonl(os.path.join(CODE_FIX, "problems.jsonl"))}
+    sol = lambda name: fenced(read_text(os.path.join(CODE_FIX, "solutions", name + ".py")))
+    script = {"fib_mod": [sol("fib_mod__correct"), sol("fib_mod__partial_edge")],  # misses n = 0: 1 of 2
+              "divisor_sum": [sol("divisor_sum__correct")],  # 2 of 2
+              "max_subarray": [sol("max_subarray__partial"), "no code"],  # all-negative input fails: 0 of 2
+              "brackets": [sol("brackets__correct"), sol("brackets__partial")]}  # 1 of 2
+    out = tmp_path / "g.jsonl"
+    grade.main(["--data", os.path.join(CODE_FIX, "problems.jsonl"), "--reward", "code", "--samples", "2",
+                "--out", str(out), "--quiet"], engine=ScriptedEngine({problems[k]["question"]: v for k, v in script.items()}))
+    rows = read_jsonl(out)
+    assert [r["pass_rate"] for r in rows] == [0.5, 1.0, 0.0, 0.5] and [r["difficulty"] for r in rows] == [3, 1, 5, 3]
+    for r in rows:  # the input row as read (id, time_limit, tests with their levels, fn_name), plus the grading
+        assert {k: v for k, v in r.items() if k not in ("pass_rate", "num_samples", "difficulty")} == problems[r["id"]]
+    assert [ex.level for ex in data.load_code_dataset(str(out))] == [3, 1, 5, 3]
+
+
+def test_code_resume_after_interruption(graded_code, tmp_path):
+    out = tmp_path / "resumed.jsonl"
+    side = str(out) + ".partial.jsonl"
+    with pytest.raises(SystemExit, match="interrupted"):
+        code_cli(out, engine=code_engine(fail_after=1))  # dies in the 2nd of 3 batches (2 problems each)
+    lines = read_text(side).splitlines()
+    assert len(lines) == 1 + 2 and json.loads(lines[0])["settings"]["reward"] == "code"
+    _, eng = code_cli(out)
+    assert eng.calls == 2 and eng.prompts_seen == 4  # only the missing batches were graded
+    assert read_text(out) == read_text(graded_code) and not os.path.exists(side)
+
+
+def test_code_bad_input_one_error_line(tmp_path, capsys):
+    out = tmp_path / "o.jsonl"
+    good = read_text(os.path.join(CODE_FIX, "problems.jsonl")).splitlines()
+
+    def error_of(*argv):
+        assert data.cli(lambda: grade.main(list(argv), engine=ScriptedEngine({}))) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err
+        return err
+
+    assert "argument --reward: invalid choice: 'python'" in error_of("--data", "builtin-code", "--reward", "python", "--out", str(out))
+    assert "--data builtin-code is a code task; it cannot be graded with --reward math" in \
+        error_of("--data", "builtin-code", "--reward", "math", "--out", str(out))
+    bad = tmp_path / "bad.jsonl"
+    write_text(bad, good[0] + "\n" + json.dumps({"question": "Print 1.", "test": []}) + "\n")
+    assert f"{bad}:2: missing field 'tests'" in error_of("--data", str(bad), "--reward", "code", "--out", str(out))
+    write_text(bad, good[0] + "\n" + json.dumps({**json.loads(good[1]), "difficulty": 7}) + "\n")
+    assert f"{bad}:2: field 'difficulty' must be an integer 1-5, got 7" in \
+        error_of("--data", str(bad), "--reward", "code", "--out", str(out))
+    assert "problems.jsonl:1: a code problem (field 'tests' or 'input_output'); grade code with --reward code" in \
+        error_of("--data", os.path.join(CODE_FIX, "problems.jsonl"), "--out", str(out))
+    assert "code problems are written as .jsonl" in error_of("--data", "builtin-code", "--out", str(tmp_path / "o.parquet"))
+    assert "--schema gsm8k is a math schema" in error_of("--data", "builtin-code", "--schema", "gsm8k", "--out", str(out))
+    assert sorted(os.listdir(tmp_path)) == ["bad.jsonl"]  # nothing written
