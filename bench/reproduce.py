@@ -20,8 +20,8 @@ seed, nothing written to docs/ (the test suite's check that every experiment sti
 
 What "reproduces" means here: each experiment declares its check before it is run (the `check` functions below: which
 metric, which comparison, how many seeds must agree); the verdict is "reproduces" when the paper's direction holds in
-the mean and in every seed, "partly" when it holds in the mean only (or for some of the claim's parts), "does not"
-otherwise. A toy model (1M parameters, 10-50-token responses, 25-40 steps) is not a 7B model at 16K tokens: where a
+the mean (by more than the spread over seeds) and in every seed, "partly" when it holds in the mean only (or for some
+of the claim's parts), "does not" otherwise. A toy model (1M parameters, 10-50-token responses, 25-40 steps) is not a 7B model at 16K tokens: where a
 claim does not reproduce, the report says which scale the mechanism needs.
 """
 from __future__ import annotations
@@ -114,11 +114,14 @@ def per_seed(exp, variant, fn):
 
 
 def compare(exp, a, b, fn, higher=True):
-    """Does variant `a` beat `b` on fn (higher or lower): (in the mean, in how many seeds of how many)."""
+    """Does variant `a` beat `b` on fn (higher or lower)? -> (in the mean by more than the seeds' spread, seeds where
+    it does, seeds, mean of a, mean of b). A mean difference within the larger of the two standard deviations over
+    seeds counts as no difference."""
     xa, xb = per_seed(exp, a, fn), per_seed(exp, b, fn)
     wins = sum((x > y) if higher else (x < y) for x, y in zip(xa, xb))
     ma, mb = statistics.mean(xa), statistics.mean(xb)
-    return ((ma > mb) if higher else (ma < mb)), wins, len(xa), ma, mb
+    spread = max(statistics.stdev(xa), statistics.stdev(xb)) if len(xa) > 1 else 0.0
+    return ((ma - mb > spread) if higher else (mb - ma > spread)), wins, len(xa), ma, mb
 
 
 def verdict_of(parts) -> str:
@@ -132,7 +135,7 @@ def verdict_of(parts) -> str:
 
 def line(what, res, fmt="{:.3g}"):
     m, w, n, a, b = res
-    return f"{what}: {fmt.format(a)} vs {fmt.format(b)} ({'yes' if m else 'no'} in the mean, {w}/{n} seeds)"
+    return f"{what}: {fmt.format(a)} vs {fmt.format(b)} ({'yes' if m else 'no'} beyond the seeds' spread, {w}/{n} seeds)"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -204,13 +207,13 @@ def entropy_experiments():
 
 
 def skywork_experiments():
-    variants = {"no entropy term": [], "fixed alpha 2e-3": ["--entropy-coef", "2e-3"],
-                "fixed alpha 2e-2": ["--entropy-coef", "2e-2"],
-                "adaptive, target 0.2": ["--adaptive-entropy", "--entropy-target", "0.2", "--entropy-delta", "2e-3",
-                                         "--entropy-max", "2e-2"]}
+    variants = {"no entropy term": [], "fixed alpha 2e-2": ["--entropy-coef", "2e-2"],
+                "fixed alpha 2e-1": ["--entropy-coef", "2e-1"],
+                "adaptive, target 0.2": ["--adaptive-entropy", "--entropy-target", "0.2", "--entropy-delta", "1e-2",
+                                         "--entropy-max", "2e-1"]}
 
-    def dist(r):  # mean |sampled NLL - target| over the second half of the run
-        vals = [m["policy/sampled_nll"] for m in r.metrics[len(r.metrics) // 2:] if "policy/sampled_nll" in m]
+    def dist(r):  # mean |entropy - target| over the second half of the run
+        vals = [m["policy/entropy"] for m in r.metrics[len(r.metrics) // 2:]]
         return statistics.mean(abs(v - 0.2) for v in vals) if vals else float("nan")
 
     def check(exp, runs):
@@ -225,14 +228,17 @@ def skywork_experiments():
         COMMON + ["--loss-agg", "token-mean", "--mini-batch-size", "64", "--max-steps", "30", "--eval-every", "0",
                   "--eval-samples", "0"],
         variants, check,
-        [("entropy (NLL), first 5", lambda r: statistics.mean(m.get("policy/sampled_nll", float("nan")) for m in r.metrics[:5])),
-         ("entropy (NLL), last 5", last("policy/sampled_nll", 5)), ("|e - target|, 2nd half", dist),
+        [("entropy, first 5", lambda r: statistics.mean(m["policy/entropy"] for m in r.metrics[:5])),
+         ("entropy, last 5", last("policy/entropy", 5)), ("controller's estimate, last 5", last("policy/entropy_estimate", 5)), ("|e - target|, 2nd half", dist),
          ("coef, last 5", last("policy/entropy_coef", 5)), ("greedy acc", final("eval/accuracy"))],
-        [("entropy estimate (sampled-token NLL)", "policy/sampled_nll"), ("entropy coefficient", "policy/entropy_coef"),
+        [("token entropy", "policy/entropy"), ("entropy coefficient", "policy/entropy_coef"),
          ("train accuracy", "rollout/accuracy")],
-        note="N_SGD = 2 (mini-batches of 64), token-mean. The target is Skywork's 0.2 (this model's sampled-token NLL "
-             "starts near 0.19); the step Delta = 2e-3 (cap 2e-2) is scaled up: 30 steps need a faster controller than "
-             "Skywork's Delta = 1e-4 (code) / 5e-3 (paper) with cap 5e-3 over thousands of steps.")]
+        note="N_SGD = 2 (mini-batches of 64), token-mean. The entropy compared is the policy's token entropy "
+             "(policy/entropy), logged in every variant; the controller itself reads the sampled-token NLL of the previous "
+             "rollout, whose expectation under on-policy sampling at T = 1 is that entropy (its last values are in the "
+             "table for the adaptive run). The target is Skywork's 0.2 (this model's entropy starts near 0.2); the step Delta = 1e-2 and the cap 2e-1 are scaled up: at 2e-2 (a first run, kept in the table) the bonus did "
+             "not slow the collapse at all on this model, and 30 steps need a faster controller than Skywork's "
+             "Delta = 1e-4 (code) / 5e-3 (paper) with cap 5e-3 over thousands of steps.")]
 
 
 def ringlite_experiments():

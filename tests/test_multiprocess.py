@@ -49,8 +49,8 @@ def test_two_process_run(tiny_model_path, tmp_path):
     rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
     assert [row["step"] for row in rows] == [1, 2]  # written by the main process only: no duplicated rows
     assert all(row["rollout/generated"] == 16 for row in rows)  # statistics gathered over both processes
-    assert sorted(os.listdir(out)) == ["checkpoint-2", "config.json", "curves.png", "metrics.jsonl", "samples.jsonl",
-                                       "summary.json"]  # one checkpoint, no leftover .tmp directory
+    assert sorted(os.listdir(out)) == ["checkpoint-2", "config.json", "curves.png", "evals.jsonl", "metrics.jsonl",
+                                       "samples.jsonl", "summary.json"]  # one checkpoint, no leftover .tmp directory
     assert (out / "checkpoint-2" / "trainer_state.pt").exists() and (out / "checkpoint-2" / "model.safetensors").exists()
     assert r.stdout.count("held-out greedy accuracy:") == 1  # the summary is printed once
     samples = [json.loads(line) for line in open(out / "samples.jsonl")]

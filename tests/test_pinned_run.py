@@ -33,17 +33,19 @@ PINS = {  # name: (sha256 of the final weights, sha256 of the metrics without ti
     # Re-recorded after the changes meant to move numbers: length-sorted micro-batches (--micro-batch-tokens),
     # chunked LM-head log-probs (--logprob-chunk), float64 advantages, sequence means over non-empty rows, Skywork's
     # entropy timing, sampled evaluation, the recipes' mu / gen-batch factor / online filter. Each branch checked
-    # first that with its change switched off it reproduced the previous pins bit for bit.
+    # first that with its change switched off it reproduced the previous pins bit for bit. The metrics digests were
+    # re-recorded once more when the rows gained rollout/groups_levelN and rollout/signal_frac_levelN (new keys only:
+    # every weights digest stayed the same, and the test checks the weights first).
     "grpo-offpolicy-kl": ("5767d41c967dfdcb0939bda6be4b415db2d04d3811b49d502551de8e67642158",
-        "5023386b779dc66ae3ed8836ab243fdc9aaecf5b81e13338fa928adb24dbda0e"),
+        "931838d96a0e46b273f590f260e4cf8a94b00020b04de283d9b766387eec6a47"),
     "c3po-budget-entropy": ("560e28181b67a77df450d67824c595361384cfb0ab062ff42425472e59e68f6f",
-        "f5992f43c654f694a75b125916288b0ff6741a85979557bda734581405473938"),
+        "79d357cebe1db0dd54d32933ed0185448c9b405d28323fe4fe529fbccebde8f8"),
     "dapo-dynamic-overlong": ("917c0ae2c7d08010d888642f8a7ad746ff9c7ebd0c7ae25b8af9e41c2df33ed9",
-        "bff78cb2931c134b0e4cabaf22109d3397b23b9a7f2b69343e743b9bd387a37c"),
+        "554705436445dee34c24776156d53c8178c18dbfb68a0ab8fd8deb6d9b3d5273"),
     "skywork-stages": ("3482a50273d94558b6699629dff80c63ad351a31f2fd921cccc713d8211f897a",
-        "f1ff8522c14c3b5ee096d9ae495e3b7f092c79af82613459529b64fbf157b2e6"),
+        "4f01d6070fca7b64d26e3d13d07ddf68a57f0bb773cce9c3d7c75a055e8d20ee"),
     "mimo-easy-pool-seamless": ("126c48e95690dd826b9e722586099cd25cb0967bc2faca30eceff30b68d7c945",
-        "c6ad5eb28395639413c392d54488d86da57bcb8ec5be2ffb2ae8b231ba4cfd8e"),
+        "266a0b922f900bb406b1c4d3a1b2ecb615ce92d9507eee89d58000ee7285b8b7"),
 }
 
 
