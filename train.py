@@ -104,6 +104,8 @@ class Config:
     eval_data: str = opt("builtin", "'builtin' (held-out split of the built-in task of the reward's kind), 'builtin-math', "
                                     "'builtin-code', or a file / hub dataset name")
     eval_split: str = opt("test", "split to use when --eval-data is a hub dataset")
+    train_problems: int = opt(0, "use only the first N training problems (0 = all; the built-in tasks draw 20,000): a small pool "
+                                 "is seen for several epochs, as the papers' data is")
     output_dir: str = opt("runs/default", "run directory (metrics, curves, samples, checkpoints, summary)")
     max_steps: int = opt(40, "number of RL steps (one step = one rollout batch)")
     seed: int = opt(0, "seed for data order, sampling and initialisation: same seed, same run")
@@ -219,6 +221,8 @@ class Config:
             bad("micro-batch-size", f"{self.micro_batch_size} does not divide --mini-batch-size {self.mini_batch_size}")
         if self.loss_agg not in grpo.LOSS_AGG:
             bad("loss-agg", f"{self.loss_agg!r} is not one of {grpo.LOSS_AGG}")
+        if self.train_problems < 0:
+            bad("train-problems", f"must be >= 0 (0 = all), got {self.train_problems}")
         if self.max_steps < 1:
             bad("max-steps", "must be >= 1")
         if self.rollout not in ("fast", "hf", "vllm"):
@@ -670,7 +674,7 @@ def load_inputs(cfg: Config):
             schema = "code" if st.kind == "code" else None
             builtin = st.eval.startswith("builtin")
             keys.append(key)
-            sets.append((data.load_dataset(st.data, split="train", seed=cfg.seed, schema=schema),
+            sets.append((data.load_dataset(st.data, split="train", n=cfg.train_problems or None, seed=cfg.seed, schema=schema),
                          data.load_dataset(st.eval, split="test" if builtin else cfg.eval_split, n=st.eval_problems,
                                            seed=cfg.seed, schema=schema)))
         st.task = keys.index(key)

@@ -311,7 +311,7 @@ def mimo_experiments():
                                    line("share of generated responses discarded: seamless vs naive", w)]
 
     pool = COMMON + ["--dynamic-sampling", "--mini-batch-size", "32", "--max-steps", "24", "--eval-every", "0",
-                     "--eval-samples", "0"]
+                     "--eval-samples", "0", "--train-problems", "256"]
 
     def eff(r):  # kept / generated over the last 8 steps: the sampling efficiency
         return statistics.mean(128 / m["rollout/generated"] for m in r.metrics[-8:])
@@ -345,7 +345,10 @@ def mimo_experiments():
              ("easy share", over_run("data/easy_slot_share"))],
             [("kept / generated", lambda r: ([m["step"] for m in r.metrics], [128 / m["rollout/generated"] for m in r.metrics])),
              ("train accuracy", "rollout/accuracy")],
-            note="mu = 4. 'drop solved' = --drop-solved: a prompt solved perfectly once leaves the pool for good."),
+            note="mu = 4. 'drop solved' = --drop-solved: a prompt solved perfectly once leaves the pool for good. "
+                 "--train-problems 256: the ~850 prompts drawn in 24 steps then cover the data about three times, as "
+                 "MiMo's epochs do; over the 20,000 built-in problems (a first run, same settings otherwise) a solved "
+                 "prompt was rarely drawn again, and the pool could only cost efficiency (0.382 vs 0.424 kept / generated)."),
     ]
 
 

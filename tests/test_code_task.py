@@ -158,3 +158,23 @@ def test_two_stage_run_math_then_code(tmp_path):
     drop = ("perf/", "wall")
     strip = lambda h: {k: v for k, v in h.items() if not k.startswith(drop)}  # noqa: E731
     assert strip(hist_b[-1]) == strip(hist[-1])
+
+
+def test_train_problems_and_drop_solved(monkeypatch):
+    """--train-problems N keeps the first N training problems; --drop-solved is the easy pool without the pool: a prompt
+    solved perfectly once is never drawn again (resample.EasyPool with alpha 0, no refresh)."""
+    import resample
+
+    cfg = train.parse_config(["--train-problems", "6", "--drop-solved"])
+    (_, sets, _) = train.load_inputs(cfg)
+    assert len(sets[0][0]) == 6 and sets[0][0][0].prompt == data.builtin_task(6, "train", seed=0)[0].prompt
+    s = train.make_sampler(cfg, sets[0][0])
+    assert isinstance(s, resample.EasyPool) and s.alpha == 0 and not s.refresh
+    first = s.sample(6)
+    s.update(first[:3], [1.0, 1.0, 1.0])
+    s.update(first[3:4], [0.5])
+    assert not set(s.sample(30)) & set(first[:3])
+    for argv, msg in ((["--drop-solved", "--easy-pool-alpha", "0.1"], "--drop-solved: replaces the easy pool"),
+                      (["--train-problems", "-1"], "--train-problems: must be >= 0")):
+        with pytest.raises(SystemExit, match=msg):
+            train.parse_config(argv)
