@@ -163,7 +163,7 @@ def dapo_experiments():
     return [Experiment(
         "DAPO Table 1: the cumulative ablation",
         "DAPO Table 1: each technique added to naive GRPO raises AIME avg@32 (30 -> 36 -> 38 -> 41 -> 42 -> 50).",
-        COMMON + ["--wrong-reward", "-1", "--max-new-tokens", "32", "--mini-batch-size", "32", "--max-steps", "25",
+        COMMON + ["--wrong-reward", "-1", "--max-new-tokens", "32", "--mini-batch-size", "32", "--max-steps", "20",
                   "--eval-every", "5", "--eval-samples", "4", "--eval-temperature", "1.0", "--eval-top-p", "0.7"],
         variants, check,
         [("greedy acc", final("eval/accuracy")), ("avg@4", final("eval/avg@4")), ("pass@4", final("eval/pass@4")),
