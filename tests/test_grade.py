@@ -49,11 +49,15 @@ class StubEngine(Engine):
         self.by_prompt = {data.build_prompt(None, ex.prompt): (ex.answer, p) for ex, p in zip(examples, probs)}
         self.fail_after, self.calls, self.prompts_seen = fail_after, 0, 0
 
-    def generate(self, prompts, n, params):
+    def count(self, prompts):
+        """One generate call: raise when it is the one after `fail_after`, else count it."""
         if self.fail_after is not None and self.calls >= self.fail_after:
             raise KeyboardInterrupt("simulated interruption")
         self.calls += 1
         self.prompts_seen += len(prompts)
+
+    def generate(self, prompts, n, params):
+        self.count(prompts)
         out = []
         for p in prompts:
             gold, prob = self.by_prompt[p]
@@ -285,7 +289,7 @@ def fenced(program):
     return f"```python\n{program}```"
 
 
-class ScriptedEngine(Engine):
+class ScriptedEngine(StubEngine):
     """Known completions: prompt -> the list of texts returned for it (sample j gets texts[j % len(texts)]).
 
     Keyed by the code prompt (data.build_prompt(..., "code")), so a math prompt finds nothing. `fail_after` as in
@@ -296,10 +300,7 @@ class ScriptedEngine(Engine):
         self.fail_after, self.calls, self.prompts_seen = fail_after, 0, 0
 
     def generate(self, prompts, n, params):
-        if self.fail_after is not None and self.calls >= self.fail_after:
-            raise KeyboardInterrupt("simulated interruption")
-        self.calls += 1
-        self.prompts_seen += len(prompts)
+        self.count(prompts)
         return [[Completion([1], self.script[p][j % len(self.script[p])], 1, False) for j in range(n)] for p in prompts]
 
 
