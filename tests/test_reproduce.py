@@ -35,9 +35,11 @@ def test_compare_and_verdict_by_hand():
     e = reproduce.Experiment("e", "", [], {"a": [], "b": []}, None, [], [])
     e.runs = {"a": [run([{"k": 1.0}, {"k": 3.0}]), run([{"k": 2.0}, {"k": 2.0}]), run([{"k": 0.0}, {"k": 1.0}])],
               "b": [run([{"k": 1.0}, {"k": 1.0}]), run([{"k": 1.0}, {"k": 1.0}]), run([{"k": 1.0}, {"k": 1.0}])]}
-    mean = reproduce.over_run("k")  # a: 2, 2, 0.5 (mean 1.5); b: 1, 1, 1
+    mean = reproduce.over_run("k")  # a: 2, 2, 0.5 (mean 1.5, sd 0.866); b: 1, 1, 1 (sd 0)
     holds, wins, n, ma, mb = reproduce.compare(e, "a", "b", mean)
-    assert (holds, wins, n, ma, mb) == (True, 2, 3, 1.5, 1.0)
+    assert (holds, wins, n, ma, mb) == (False, 2, 3, 1.5, 1.0)  # ahead by 0.5, within a's spread: no difference
+    e.runs["c"] = [run([{"k": 3.0}]), run([{"k": 3.0}]), run([{"k": 3.3}])]  # mean 3.1, sd 0.173: clear of b
+    assert reproduce.compare(e, "c", "b", mean)[:3] == (True, 3, 3)
     assert reproduce.verdict_of([(True, 2, 3, 1.5, 1.0)]) == "partly"  # in the mean, not in every seed
     assert reproduce.verdict_of([(True, 3, 3, 0, 0), (True, 3, 3, 0, 0)]) == "reproduces"
     assert reproduce.verdict_of([(False, 1, 3, 0, 0)]) == "does not"
