@@ -276,7 +276,8 @@ class Config:
                 bad("train-data", "the run has --stages (the c3po recipe sets math then code): give each stage's data "
                                   "there, or --stages '' for one stage")
             if self.curriculum or self.easy_pool_alpha or self.drop_solved or self.seamless:
-                bad("stages", "cannot be combined with --curriculum, --easy-pool-alpha or --seamless (each chooses the prompts)")
+                bad("stages", "cannot be combined with --curriculum, --easy-pool-alpha, --drop-solved or --seamless (each "
+                              "chooses the prompts)")
         parse_stages(self)  # errors name the stage and the key
         if self.fsdp and (self.dynamic_sampling or self.seamless):
             bad("fsdp", "cannot be combined with --dynamic-sampling / --seamless: their generation rounds differ between "
@@ -297,6 +298,7 @@ class Stage:
     eval_problems: int
     start: int
     end: int
+    task: int = 0  # index of its Task (load_inputs: stages with the same data, reward and evaluation share one)
 
     @property
     def kind(self) -> str:  # the prompt template: "math", "math-dapo" (DAPO's Answer: line) or "code"
@@ -310,13 +312,18 @@ def filter_metric_for(cfg, reward: str) -> str:
     return "score" if reward in ("code-strict", "code-soft") else "acc"
 
 
+def wrong_builtin(reward: str, specs: dict) -> str | None:
+    """The first of `specs` (name -> data spec) naming the built-in task of the other kind than `reward`'s, or None."""
+    other = "builtin-math" if reward.startswith("code") else "builtin-code"
+    return next((name for name, spec in specs.items() if spec == other), None)
+
+
 def parse_stages(cfg) -> list[Stage]:
     """--stages as Stage objects (one stage from the flags when empty); bad input -> one `error:` line."""
     if not cfg.stages:
-        code = cfg.reward.startswith("code")
-        for flag, spec in (("train-data", cfg.train_data), ("eval-data", cfg.eval_data)):
-            if spec == ("builtin-math" if code else "builtin-code"):
-                raise SystemExit(f"error: --{flag}: {spec} does not go with --reward {cfg.reward}")
+        flag = wrong_builtin(cfg.reward, {"train-data": cfg.train_data, "eval-data": cfg.eval_data})
+        if flag:
+            raise SystemExit(f"error: --{flag}: {getattr(cfg, flag.replace('-', '_'))} does not go with --reward {cfg.reward}")
         return [Stage(cfg.train_data, cfg.reward, cfg.max_new_tokens, cfg.eval_data, cfg.eval_problems, 0, cfg.max_steps)]
     specs = []
     for k, text in enumerate([t.strip() for t in cfg.stages.split(";") if t.strip()], 1):
@@ -337,10 +344,9 @@ def parse_stages(cfg) -> list[Stage]:
         f.setdefault("reward", cfg.reward)
         if f["reward"] not in REWARDS:
             bad(f"reward {f['reward']!r} is not one of {', '.join(REWARDS)}")
-        code = f["reward"].startswith("code")
-        for key in ("data", "eval"):
-            if f.get(key) == ("builtin-math" if code else "builtin-code"):
-                bad(f"{key}={f[key]} does not go with reward={f['reward']}")
+        key = wrong_builtin(f["reward"], {k: f.get(k) for k in ("data", "eval")})
+        if key:
+            bad(f"{key}={f[key]} does not go with reward={f['reward']}")
         if f.get("steps", 1) < 1 or f.get("max_new_tokens", 1) < 1 or f.get("eval_problems", 1) < 1:
             bad("steps, max_new_tokens and eval_problems must be >= 1")
         specs.append(f)
@@ -699,12 +705,13 @@ def make_reward(cfg: Config, reward: str):
 
 def make_tasks(cfg: Config, stages: list, sets: list) -> list:
     """One Task per distinct (data, reward) of the stages, each with its own prompt sampler and reward."""
-    tasks, names = [], ["code" if next(st for st in stages if st.task == t).kind == "code" else "math" for t in range(len(sets))]
+    mine = [[st for st in stages if st.task == t] for t in range(len(sets))]
+    names = ["code" if m[0].kind == "code" else "math" for m in mine]
+    tasks = []
     for t, (train_set, eval_set) in enumerate(sets):
-        mine = [st for st in stages if st.task == t]
         name = names[t] + (str(t + 1) if names.count(names[t]) > 1 else "")
-        tasks.append(Task(name, train_set, eval_set, make_sampler(cfg, train_set), make_reward(cfg, mine[0].reward),
-                          mine[0].kind, max(st.max_new_tokens for st in mine)))
+        tasks.append(Task(name, train_set, eval_set, make_sampler(cfg, train_set), make_reward(cfg, mine[t][0].reward),
+                          mine[t][0].kind, max(st.max_new_tokens for st in mine[t])))
     return tasks
 
 
@@ -1278,13 +1285,13 @@ def finish(run: Run, wall_time_s: float):
                             f"{name}pass@{k}_before": before[f"{p}pass@{k}"], f"{name}pass@{k}_after": after[f"{p}pass@{k}"]})
         sampled = (f"; avg@{k} {before[avg]:.3f} -> {after[avg]:.3f}, pass@{k} {before[f'{p}pass@{k}']:.3f} -> "
                    f"{after[f'{p}pass@{k}']:.3f} (T {run.cfg.eval_temperature}, top-p {run.cfg.eval_top_p})") if avg in after else ""
-        lines.append(f"{name}held-out greedy accuracy: {before[p + 'accuracy']:.3f} -> {after[p + 'accuracy']:.3f}{sampled} "
-                     f"({len(task.eval_set)} problems")
+        lines.append((f"{name}held-out greedy accuracy: {before[p + 'accuracy']:.3f} -> {after[p + 'accuracy']:.3f}{sampled}",
+                      len(task.eval_set)))
     with open(os.path.join(run.cfg.output_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     plot_curves(run.history, run.evals, os.path.join(run.cfg.output_dir, "curves.png"))
-    print("\n".join(lines[:-1] + [lines[-1] + f", {wall_time_s:.0f}s); run directory: {run.cfg.output_dir}"]).replace(
-        "problems\n", "problems)\n"))
+    tail = f", {wall_time_s:.0f}s); run directory: {run.cfg.output_dir}"  # after the last task's line
+    print("\n".join(f"{text} ({n} problems" + (tail if i == len(lines) - 1 else ")") for i, (text, n) in enumerate(lines)))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -83,10 +83,11 @@ def last(key, n=5):
     return f
 
 
-def over_run(key, fn=statistics.mean):
+def over_run(key):
+    """Mean of a metric over every step of a run that logged it."""
     def f(r: Run):
         vals = [m[key] for m in r.metrics if key in m]
-        return fn(vals) if len(vals) > 1 or fn is statistics.mean and vals else float("nan")
+        return statistics.mean(vals) if vals else float("nan")
     return f
 
 
@@ -183,7 +184,7 @@ def entropy_experiments():
 
     def check(exp, runs):
         ent = last("policy/entropy", 5)
-        same = all(a.metrics == b.metrics or [m.get("policy/entropy") for m in a.metrics] == [m.get("policy/entropy") for m in b.metrics]
+        same = all([m["policy/entropy"] for m in a.metrics] == [m["policy/entropy"] for m in b.metrics]
                    for a, b in zip(runs["eps 0.2/0.2, mu 1"], runs["eps 0.2/0.28, mu 1"]))
         keep = compare(exp, "eps 0.2/0.28, mu 8", "eps 0.2/0.2, mu 8", ent)
         faster = compare(exp, "eps 0.2/0.2, mu 8", "eps 0.2/0.2, mu 1", ent, higher=False)
