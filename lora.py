@@ -99,7 +99,11 @@ def load_base(cfg, model_path: str, dtype):
 
     _, tok = load_model(model_path, dtype)  # checks the directory, one error line if it is not a model
     q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
-    return AutoModelForCausalLM.from_pretrained(model_path, quantization_config=q, dtype=dtype), tok
+    model = AutoModelForCausalLM.from_pretrained(model_path, quantization_config=q, dtype=dtype)
+    for m in model.modules():  # bitsandbytes 0.50 on CPU repacks a 4-bit weight for inference at the first eval-mode
+        if hasattr(m, "support_avx512bf16_for_cpu"):  # forward, after which a training forward fails (in-place bias
+            m.support_avx512bf16_for_cpu = False  # add on a grad-requiring result): rollouts and training alternate here
+    return model, tok
 
 
 def wrap(model, cfg, resume_from: str | None = None, model_path: str = ""):

@@ -195,3 +195,19 @@ def test_vllm_follows_a_lora_update(tiny_model_path):
     base = [g[0].token_ids for g in HFEngine(_load(tiny_model_path)[0], tok).generate(prompts, 1, sp)]
     assert got == want
     assert got != base, "the adapters changed no greedy output: the sync is not proven"
+
+
+def test_qlora_trains_on_cpu(trained_model_path, tmp_path):
+    """--load-in-4bit: the base's linear layers are bitsandbytes NF4 (frozen), the adapters train, the checkpoint holds
+    the adapter only (bitsandbytes 0.50.2 runs on CPU)."""
+    pytest.importorskip("bitsandbytes")
+    from safetensors.torch import load_file
+
+    hist = run_train(trained_model_path, tmp_path / "q", "--max-steps", "2", "--lora-rank", "4", "--load-in-4bit",
+                     "--lr", "3e-2", "--eval-problems", "4")
+    assert any(r["perf/grad_norm"] > 0 for r in hist)  # a step whose groups all agree has no gradient
+    cfg = train.parse_config(["--lora-rank", "4", "--load-in-4bit"])
+    model, _ = lora.load_base(cfg, trained_model_path, torch.float32)
+    assert type(model.model.layers[0].mlp.up_proj).__name__ == "Linear4bit"
+    w = load_file(tmp_path / "q" / "checkpoint-2" / "adapter_model.safetensors")
+    assert any("lora_B" in k and w[k].abs().max() > 0 for k in w)  # B starts at 0: the adapter was trained
