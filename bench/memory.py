@@ -88,6 +88,7 @@ def build_real(size: str, layers: int, mode: str, base_dtype, seed=0):
 
 def child_real(a):
     """One update at a Qwen2.5 shape: prints weights MB, update peak above them MB, trainable parameters."""
+    import ctypes
     import gc
     import types
 
@@ -113,6 +114,7 @@ def child_real(a):
         pad_token_id = 0
 
     gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # return what building / quantising freed, so RSS counts what is kept
     weights = vm_kb("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:  # reset the peak RSS (VmHWM): the build does not count
         f.write("5")

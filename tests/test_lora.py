@@ -211,3 +211,20 @@ def test_qlora_trains_on_cpu(trained_model_path, tmp_path):
     assert type(model.model.layers[0].mlp.up_proj).__name__ == "Linear4bit"
     w = load_file(tmp_path / "q" / "checkpoint-2" / "adapter_model.safetensors")
     assert any("lora_B" in k and w[k].abs().max() > 0 for k in w)  # B starts at 0: the adapter was trained
+
+
+@pytest.mark.slow
+def test_two_process_ddp_with_lora(tiny_model_path, tmp_path):
+    """DDP on 2 CPU processes with LoRA and the KL reference (adapter disabled): an end-to-end run whose statistics
+    cover both processes and whose adapter checkpoint is written once."""
+    from safetensors.torch import load_file
+    from test_multiprocess import launch
+
+    args = ["--model", tiny_model_path, "--batch-size", "16", "--group-size", "4", "--mini-batch-size", "16",
+            "--micro-batch-size", "4", "--max-steps", "2", "--eval-problems", "8", "--reward-workers", "0",
+            "--max-new-tokens", "40", "--eval-every", "0", "--lora-rank", "4", "--kl-coef", "0.01"]
+    launch(2, "train.py", *args, "--output-dir", str(tmp_path / "two"))
+    rows = [json.loads(line) for line in open(tmp_path / "two" / "metrics.jsonl")]
+    assert [r["step"] for r in rows] == [1, 2] and all(r["rollout/generated"] == 16 for r in rows)
+    w = load_file(tmp_path / "two" / "checkpoint-2" / "adapter_model.safetensors")
+    assert w and all(torch.isfinite(t).all() for t in w.values())
