@@ -159,31 +159,91 @@ def lora_probe(a):
               f"{tot / full:.2f} |", flush=True)
 
 
+def n_params(size: str, layers: int | None = None) -> int:
+    """Parameters of Qwen2.5-`size` (at `layers` layers): embeddings (+ untied LM head), per layer q/k/v (with biases),
+    o, the SwiGLU MLP and two norms, the final norm."""
+    h, inter, L, heads, kv, tied = QWEN25[size]
+    kvd = kv * (h // heads)
+    layer = h * (h + 2 * kvd) + (h + 2 * kvd) + h * h + 3 * h * inter + 2 * h
+    return VOCAB * h * (1 if tied else 2) + (L if layers is None else layers) * layer + h
+
+
 def plan(a):
-    """Measured at two reduced depths per size and mode; a + b x layers extrapolated to the full depth."""
-    print(f"micro-batch {a.micro} x ({a.prompt} + {a.resp}) tokens, gradient checkpointing {'on' if a.ckpt else 'off'}, "
-          f"chunk {a.chunk}, LoRA r {a.rank}, frozen base {a.base_dtype}; depths {a.depths}; load {os.getloadavg()[0]:.2f}")
-    print("| size | mode | depth | weights MB | update MB | total MB | per layer MB (slope) | full depth: total GB (extrapolated) |")
-    print("|---|---|---|---|---|---|---|---|")
+    """Measured at two reduced depths per size and mode (or read back from a previous run's table, --measured); a + b x
+    layers extrapolated to the full depth, then to the plan's tokens, with colocated vLLM's share and the GPU fits."""
     d1, d2 = (int(x) for x in a.depths.split(","))
-    for size in a.sizes.split(","):
-        for mode in a.modes.split(","):
-            h, inter, L, heads, kv, tied = QWEN25[size]
-            n = VOCAB * h * (1 if tied else 2) + d2 * (4 * h * h + 3 * h * inter)  # parameters at depth d2, roughly
-            if mode == "full" and n * 16 > a.max_full_gb * 2**30:
-                print(f"| {size} | {mode} | | not run: ~{n * 16 / 2**30:.0f} GB of fp32 weights + AdamW at depth {d2} "
-                      f"(> --max-full-gb) | | | | |", flush=True)
+    rows = {}  # (size, mode) -> (total MB at d1, total MB at d2)
+    if a.measured:
+        for line in open(a.measured):
+            c = [x.strip() for x in line.strip().strip("|").split("|")]
+            if len(c) == 8 and c[0] in QWEN25 and c[2].isdigit():
+                rows.setdefault((c[0], c[1]), {})[int(c[2])] = float(c[5])
+        rows = {k: (v[d1], v[d2]) for k, v in rows.items() if d1 in v and d2 in v}
+    else:
+        print(f"micro-batch {a.micro} x ({a.prompt} + {a.resp}) tokens, gradient checkpointing {'on' if a.ckpt else 'off'}, "
+              f"chunk {a.chunk}, LoRA r {a.rank}, frozen base {a.base_dtype}; depths {a.depths}; load {os.getloadavg()[0]:.2f}")
+        print("| size | mode | depth | weights MB | update MB | total MB | per layer MB (slope) | full depth: total GB (extrapolated) |")
+        print("|---|---|---|---|---|---|---|---|")
+        for size in a.sizes.split(","):
+            for mode in a.modes.split(","):
+                L = QWEN25[size][2]
+                if mode == "full" and n_params(size, d2) * 16 > a.max_full_gb * 2**30:
+                    print(f"| {size} | {mode} | | not run: ~{n_params(size, d2) * 16 / 2**30:.0f} GB of fp32 weights + AdamW "
+                          f"at depth {d2} (> --max-full-gb) | | | | |", flush=True)
+                    continue
+                rs = [run_real(size, d, mode, a) for d in (d1, d2)]
+                if any("error" in r for r in rs):
+                    print(f"| {size} | {mode} | | failed: {next(r['error'] for r in rs if 'error' in r)} | | | | |", flush=True)
+                    continue
+                tot = [r["weights_mb"] + r["update_mb"] for r in rs]
+                rows[(size, mode)] = tuple(tot)
+                slope = (tot[1] - tot[0]) / (d2 - d1)
+                for d, r, t in zip((d1, d2), rs, tot):
+                    last = f"{(tot[1] + slope * (L - d2)) / 1024:.1f} ({L} layers)" if d == d2 else ""
+                    print(f"| {size} | {mode} | {d} | {r['weights_mb']:.0f} | {r['update_mb']:.0f} | {t:.0f} | "
+                          f"{slope:.0f} | {last} |", flush=True)
+    fits(a, rows, d1, d2)
+
+
+def fits(a, rows, d1, d2):
+    """The plan: trainer peak at the plan's tokens, vLLM's share, and the GPU sizes it fits.
+
+    Trainer peak = the measured total extrapolated to the full depth (a + b x L) + the activations of the extra tokens,
+    (T - T_measured) x (L x h x 2 B + h x 47 B): with gradient checkpointing one bf16 hidden state per layer and token,
+    plus one layer's full activations (~47 B per token and hidden unit in bf16, docs/multi_gpu.md's measured ~93 B in
+    fp32). Full fine-tuning where it was not measured: 16 B per parameter + the 1.5B row's non-weight costs scaled by
+    hidden size. vLLM (bf16): weights 2 B per parameter + the KV cache, 2 (K, V) x layers x kv heads x head dim x 2 B
+    per token, for --plan-kv-tokens tokens in flight. A GPU fits when trainer + vLLM + 1.5 GB (CUDA context, allocator
+    slack; an estimate) <= its memory; vLLM's --vllm-gpu-memory-utilization is then (vLLM + 0.5 GB) / GPU."""
+    T_meas, T = a.micro * (a.prompt + a.resp), a.plan_micro * (a.plan_prompt + a.plan_resp)
+    print(f"\nplan: micro-batch {a.plan_micro} x ({a.plan_prompt} + {a.plan_resp}) tokens, gradient checkpointing, LoRA r "
+          f"{a.rank}; vLLM bf16 with {a.plan_kv_tokens} tokens of KV cache; + 1.5 GB CUDA context / slack")
+    print("| model | mode | trainer GB | origin | vLLM GB (weights + KV) | total GB | fits (vLLM share) |")
+    print("|---|---|---|---|---|---|---|")
+    for size in QWEN25:
+        h, inter, L, heads, kv, tied = QWEN25[size]
+        extra = (T - T_meas) * (L * h * 2 + h * 47) / 2**20  # MB
+        vllm = (2 * n_params(size) + 2 * L * kv * (h // heads) * 2 * a.plan_kv_tokens) / 2**30
+        for mode in ("full", "lora", "qlora"):
+            if (size, mode) in rows:
+                t1, t2 = rows[(size, mode)]
+                trainer = (t2 + (t2 - t1) / (d2 - d1) * (L - d2) + extra) / 1024
+                origin = f"measured on CPU at {d1}-{d2} layers, extrapolated"
+            elif mode == "full" and ("1.5B", "full") in rows:
+                t1, t2 = rows[("1.5B", "full")]
+                rest = t2 - n_params("1.5B", d2) * 16 / 2**20  # the 1.5B row's non-weight part (MB)
+                trainer = (n_params(size) * 16 / 2**20 + rest * h / 1536 + extra) / 1024
+                origin = "16 B/param + the 1.5B row's activations scaled by h (computed)"
+            else:
                 continue
-            rs = [run_real(size, d, mode, a) for d in (d1, d2)]
-            if any("error" in r for r in rs):
-                print(f"| {size} | {mode} | | failed: {next(r['error'] for r in rs if 'error' in r)} | | | | |", flush=True)
-                continue
-            tot = [r["weights_mb"] + r["update_mb"] for r in rs]
-            slope = (tot[1] - tot[0]) / (d2 - d1)
-            for d, r, t in zip((d1, d2), rs, tot):
-                last = f"{(tot[1] + slope * (L - d2)) / 1024:.1f} ({L} layers)" if d == d2 else ""
-                print(f"| {size} | {mode} | {d} | {r['weights_mb']:.0f} | {r['update_mb']:.0f} | {t:.0f} | "
-                      f"{slope:.0f} | {last} |", flush=True)
+            if mode == "qlora":
+                vllm_txt, v = "n/a (adapter-only sync not implemented)", 0.0
+            else:
+                vllm_txt, v = f"{vllm:.1f}", vllm
+            total = trainer + v + 1.5
+            fit = [f"{g} GB ({(v + 0.5) / g:.2f})" if v else f"{g} GB" for g in (16, 24, 40, 80) if total <= g]
+            print(f"| Qwen2.5-{size} | {mode} | {trainer:.1f} | {origin} | {vllm_txt} | {total:.1f} | "
+                  f"{', '.join(fit) or 'none of 16-80 GB on one GPU'} |", flush=True)
 
 
 def child(a):
@@ -247,6 +307,11 @@ def main():
     ap.add_argument("--sizes", default="0.5B,1.5B,3B,7B", help="--plan: Qwen2.5 sizes")
     ap.add_argument("--modes", default="full,lora,qlora", help="--plan: full, lora, qlora")
     ap.add_argument("--depths", default="1,2", help="--plan: the two reduced depths the per-layer slope comes from")
+    ap.add_argument("--measured", default="", help="--plan: read the measured table from a previous --plan output")
+    ap.add_argument("--plan-micro", type=int, default=2, help="--plan: micro-batch of the plan")
+    ap.add_argument("--plan-prompt", type=int, default=256, help="--plan: prompt tokens of the plan")
+    ap.add_argument("--plan-resp", type=int, default=1024, help="--plan: response tokens of the plan")
+    ap.add_argument("--plan-kv-tokens", type=int, default=65536, help="--plan: vLLM KV-cache tokens in flight")
     ap.add_argument("--max-full-gb", type=float, default=12, help="--plan: skip full fine-tuning above this (the machine's RAM)")
     ap.add_argument("--rank", type=int, default=16, help="--lora-probe / --plan: LoRA rank")
     ap.add_argument("--prompt", type=int, default=64, help="--lora-probe / --plan: prompt tokens")
