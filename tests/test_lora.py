@@ -213,7 +213,6 @@ def test_qlora_trains_on_cpu(trained_model_path, tmp_path):
     assert any("lora_B" in k and w[k].abs().max() > 0 for k in w)  # B starts at 0: the adapter was trained
 
 
-@pytest.mark.slow
 def test_two_process_ddp_with_lora(tiny_model_path, tmp_path):
     """DDP on 2 CPU processes with LoRA and the KL reference (adapter disabled): an end-to-end run whose statistics
     cover both processes and whose adapter checkpoint is written once."""
