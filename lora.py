@@ -106,13 +106,19 @@ def load_base(cfg, model_path: str, dtype):
     return model, tok
 
 
+def load(cfg, model_path: str, dtype, resume_from: str | None = None):
+    """(peft model, tokenizer): the frozen base from --model with fresh adapters, or the checkpoint's when resuming."""
+    model, tok = load_base(cfg, model_path, dtype)
+    return wrap(model, cfg, resume_from, model_path), tok
+
+
 def wrap(model, cfg, resume_from: str | None = None, model_path: str = ""):
     """The model with trainable LoRA adapters (fresh, or the checkpoint's when resuming); the base frozen."""
     from peft import LoraConfig, PeftModel, get_peft_model
 
     if model_path:
         model.name_or_path = model_path  # recorded as base_model_name_or_path in the adapter's config
-    if cfg.gradient_checkpointing:  # a frozen embedding gives no grad to checkpoint through (needed for reentrant)
+    if cfg.gradient_checkpointing:  # reentrant checkpointing needs an input that requires grad (frozen embedding)
         model.enable_input_require_grads()
     with torch.random.fork_rng(devices=[]):  # the adapter init draws from its own stream
         torch.manual_seed(cfg.seed)

@@ -765,14 +765,10 @@ def setup(cfg: Config) -> Run:
         # a built-in code stage needs the tiny model whose cold start covered code too (models/tiny-qwen2-code)
         recipe = tiny.CODE_RECIPE if any(st.kind == "code" for st in stages) else tiny.TinyRecipe()
         model_path = cfg.model or tiny.get_tiny_model(recipe, verbose=accelerator.is_main_process)
-    if cfg.lora_rank:  # the base from --model; a LoRA checkpoint holds the adapter only
-        model, tok = lora.load_base(cfg, model_path, dtype)
-    else:
-        model, tok = load_model(resume_from or model_path, dtype, flag="--resume" if resume_from else "--model")
+    model, tok = (lora.load(cfg, model_path, dtype, resume_from) if cfg.lora_rank else  # base + adapter (resumed)
+                  load_model(resume_from or model_path, dtype, flag="--resume" if resume_from else "--model"))
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if cfg.lora_rank:
-        model = lora.wrap(model, cfg, resume_from, model_path)
     # Seeded after the model exists: building the tiny model (its SFT) must not shift the sampling streams, so a
     # first run that builds it and a later run that finds it cached are the same run.
     random.seed(cfg.seed)
