@@ -213,13 +213,14 @@ def fits(a, rows, d1, d2):
     plus one layer's full activations (~47 B per token and hidden unit in bf16, docs/multi_gpu.md's measured ~93 B in
     fp32). Full fine-tuning where it was not measured: 16 B per parameter + the 1.5B row's non-weight costs scaled by
     hidden size. vLLM (bf16): weights 2 B per parameter + the KV cache, 2 (K, V) x layers x kv heads x head dim x 2 B
-    per token, for --plan-kv-tokens tokens in flight. A GPU fits when trainer + vLLM + 1.5 GB (CUDA context, allocator
+    per token, for --plan-kv-tokens tokens in flight. "No vLLM": the fast / hf engine generating from the training
+    model (its KV cache for the rollout batch comes on top at generation time, when no update runs). A GPU fits when trainer + vLLM + 1.5 GB (CUDA context, allocator
     slack; an estimate) <= its memory; vLLM's --vllm-gpu-memory-utilization is then (vLLM + 0.5 GB) / GPU."""
     T_meas, T = a.micro * (a.prompt + a.resp), a.plan_micro * (a.plan_prompt + a.plan_resp)
     print(f"\nplan: micro-batch {a.plan_micro} x ({a.plan_prompt} + {a.plan_resp}) tokens, gradient checkpointing, LoRA r "
           f"{a.rank}; vLLM bf16 with {a.plan_kv_tokens} tokens of KV cache; + 1.5 GB CUDA context / slack")
-    print("| model | mode | trainer GB | origin | vLLM GB (weights + KV) | total GB | fits (vLLM share) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | mode | trainer GB | origin | no vLLM: fits | vLLM GB (weights + KV) | with vLLM: total GB | fits (vLLM share) |")
+    print("|---|---|---|---|---|---|---|---|")
     for size in QWEN25:
         h, inter, L, heads, kv, tied = QWEN25[size]
         extra = (T - T_meas) * (L * h * 2 + h * 47) / 2**20  # MB
@@ -237,13 +238,15 @@ def fits(a, rows, d1, d2):
             else:
                 continue
             if mode == "qlora":
-                vllm_txt, v = "n/a (adapter-only sync not implemented)", 0.0
+                vllm_txt, v = "n/a (no adapter-only sync)", 0.0
             else:
                 vllm_txt, v = f"{vllm:.1f}", vllm
             total = trainer + v + 1.5
             fit = [f"{g} GB ({(v + 0.5) / g:.2f})" if v else f"{g} GB" for g in (16, 24, 40, 80) if total <= g]
-            print(f"| Qwen2.5-{size} | {mode} | {trainer:.1f} | {origin} | {vllm_txt} | {total:.1f} | "
-                  f"{', '.join(fit) or 'none of 16-80 GB on one GPU'} |", flush=True)
+            alone = [f"{g} GB" for g in (8, 16, 24, 40, 80) if trainer + 1.5 <= g]
+            print(f"| Qwen2.5-{size} | {mode} | {trainer:.1f} | {origin} | {', '.join(alone[:2]) or 'none'}"
+                  f"{' ...' if len(alone) > 2 else ''} | {vllm_txt} | {f'{total:.1f}' if v else 'n/a'} | "
+                  f"{', '.join(fit) if v else ''}{'' if fit or not v else 'none of 16-80 GB on one GPU'} |", flush=True)
 
 
 def child(a):
