@@ -176,7 +176,8 @@ class Config:
     lora_dropout: float = opt(0.0, "dropout on the adapters' input (0: verl's and TRL's GRPO-LoRA examples)")
     lora_targets: str = opt("all-linear", "modules that get adapters: 'all-linear' (every linear layer of the decoder, not "
                                           "the LM head) or comma-separated names, e.g. q_proj,k_proj,v_proj,o_proj")
-    load_in_4bit: bool = opt(False, "QLoRA: the frozen base in 4-bit NF4 (bitsandbytes, GPU only); needs --lora-rank")
+    load_in_4bit: bool = opt(False, "QLoRA: the frozen base's linear layers in 4-bit NF4 (bitsandbytes: pip install -e '.[qlora]'; "
+                                     "runs on CPU too, slowly); needs --lora-rank; rollouts with --rollout fast or hf")
     # --- recipe: each paper's techniques (train.py --recipe NAME sets them; any flag given still wins) ---
     recipe: str = opt("grpo", "preset of a paper's settings: " + ", ".join(RECIPES) + " (see RECIPES in train.py and the README)")
     dynamic_sampling: bool = opt(False, "DAPO: keep only groups with mixed correctness (or scores: --filter-metric), regenerating until the batch is full")
