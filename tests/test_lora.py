@@ -138,7 +138,7 @@ def test_resume_after_kill_9_is_bit_identical(tiny_model_path, tmp_path):
 
 def test_evaluate_loads_an_adapter_checkpoint(tiny_model_path, tmp_path, capsys):
     """evaluate.py on a LoRA checkpoint = evaluate.py on the merged model `lora.py --merge` writes = the trainer's
-    own final evaluation of the adapted model."""
+    own final evaluation of the adapted model; grade.py grades the same from either."""
     import evaluate
 
     run_train(tiny_model_path, tmp_path / "r", "--max-steps", "2", "--lora-rank", "4", "--lr", "3e-2",
@@ -152,6 +152,15 @@ def test_evaluate_loads_an_adapter_checkpoint(tiny_model_path, tmp_path, capsys)
         accs.append(json.loads(capsys.readouterr().out)["accuracy"])
     summary = json.load(open(tmp_path / "r" / "summary.json"))
     assert accs[0] == accs[1] == summary["accuracy_after"]
+    import grade  # grade.py too: the same samples from the adapter checkpoint as from the merged directory
+
+    problems = os.path.join(ROOT, "fixtures", "grade", "problems.jsonl")
+    rows = []
+    for i, path in enumerate((ck, str(tmp_path / "m"))):
+        grade.main(["--data", problems, "--model", path, "--samples", "4", "--seed", "7", "--reward-workers", "0",
+                    "--out", str(tmp_path / f"g{i}.jsonl"), "--quiet"])
+        rows.append([json.loads(line)["pass_rate"] for line in open(tmp_path / f"g{i}.jsonl")])
+    assert rows[0] == rows[1] and len(rows[0]) > 0
 
 
 @pytest.mark.parametrize("args, needle", [
