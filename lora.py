@@ -32,9 +32,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 
 import torch
+
+# peft imports bitsandbytes when it is installed; on CPU it warns at import that an optional kernels package is
+# missing (it falls back to its own CPU code, measured working here): not the user's problem
+logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_NAME = "default"  # peft's name of the one adapter
