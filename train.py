@@ -562,6 +562,18 @@ def is_sharded(accelerator) -> bool:
     return accelerator.distributed_type == DistributedType.FSDP
 
 
+def shard_reference(model):
+    """FSDP2: the frozen reference sharded like the policy (`fully_shard` per decoder layer, then the root, as
+    Accelerate's transformer_based_wrap does), instead of a full copy in every process. Accelerate's prepare() wants an
+    optimizer with every FSDP2 model, and the reference has none: torch's fully_shard directly."""
+    from torch.distributed.fsdp import fully_shard
+
+    for m in model.modules():
+        if type(m).__name__ in (model._no_split_modules or ()):
+            fully_shard(m)
+    return fully_shard(model)
+
+
 class GatheredWeights:
     """FSDP2: the model's parameters as full tensors (DTensor.full_tensor, a collective: every process iterates), with
     the HF checkpoint names, for the engine's weight sync (rollout.VLLMEngine.sync_weights)."""
@@ -780,7 +792,7 @@ def setup(cfg: Config) -> Run:
     if cfg.lora_rank and cfg.kl_coef > 0:  # the reference for free: the same model with the adapter disabled
         ref_model = lora.Reference(accelerator.unwrap_model(model))
     if ref_model is not None:
-        ref_model = ref_model.to(accelerator.device)
+        ref_model = shard_reference(ref_model) if sharded else ref_model.to(accelerator.device)
         if precision(cfg) == "bf16-mixed":  # the policy's forward runs under Accelerate's autocast: so does the reference
             ref_model.forward = torch.autocast(accelerator.device.type, dtype=torch.bfloat16)(ref_model.forward)
     if sharded:  # HF generate then steps all processes until the last one is done (synced_gpus): every forward gathers
