@@ -19,7 +19,7 @@ Notable features
     unmerged in place (in bf16, W + dW - dW != W: repeated in-place merges drift, a bug peers have hit); each sync
     recomputes from the untouched base, so 100 syncs equal one (tests/test_lora.py).
     The project's own engines ('fast', 'hf') generate from the adapted model directly: merging would need a second
-    copy of the weights for one step's rollouts (see docs/memory.md for the measured decode cost of the adapters).
+    copy of the weights for one step's rollouts (docs/lora.md: the measured decode cost of the adapters).
   * Checkpoints: `PeftModel.save_pretrained` writes the adapter as peft does (adapter_config.json +
     adapter_model.safetensors, loadable by peft and by vLLM's LoRA loader); train.py adds the tokenizer and its
     trainer_state.pt (optimizer over the adapter parameters, RNG). `load_for_inference` gives evaluate.py / grade.py a
@@ -79,7 +79,7 @@ def validate(cfg, bad):
         bad("lora-dropout", f"must be in [0, 1), got {cfg.lora_dropout}")
     if cfg.fsdp:
         bad("fsdp", "cannot be combined with --lora-rank yet: FSDP2 needs one dtype per sharded unit, and a decoder "
-                    "layer holds a bf16 frozen base and fp32 adapters (see docs/memory.md); use DDP (accelerate launch)")
+                    "layer holds a bf16 frozen base and fp32 adapters (see docs/lora.md); use DDP (accelerate launch)")
     if cfg.load_in_4bit and cfg.rollout == "vllm":
         bad("load-in-4bit", "4-bit weights cannot be merged exactly for vLLM and the adapter-only sync is not "
                             "implemented: use --rollout fast or hf")
