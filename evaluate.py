@@ -8,6 +8,7 @@ Notable features
     pass@k = E_problems[1 - C(n-c, k) / C(n, k)] with c correct out of n >= k samples.
   * Accuracy broken down by difficulty level when the data has levels.
   * Runs on its own on any checkpoint: python evaluate.py --model runs/default/checkpoint-100 --samples 8 --k 1,8
+    (a LoRA checkpoint, train.py --lora-rank R, is merged onto the base model its adapter_config.json names)
 """
 from __future__ import annotations
 
@@ -83,12 +84,13 @@ def main(argv=None):
         raise SystemExit(f"error: --rollout: {a.rollout!r} is not 'hf' or 'vllm'")
     import torch
 
+    import lora
     import rollout
     import tiny
 
     examples = data.load_dataset(a.data, split=a.split, n=a.n_problems or None, seed=a.seed)  # bad data: before the model
     path = a.model or tiny.get_tiny_model()
-    model, tok = rollout.load_model(path, torch.float32)
+    model, tok, path = lora.load_any(path, torch.float32)  # a LoRA checkpoint: merged onto its base
     torch.manual_seed(a.seed)
     engine = rollout.make_engine(a.rollout, model, tok, model_path=path, seed=a.seed,
                                  max_model_len=512 if not a.model else None)

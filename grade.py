@@ -519,16 +519,16 @@ def cmd_grade(a, engine=None, tokenizer=None) -> list[dict]:
     engine_built = engine is None  # tests inject an engine: the math reward then checks answers in process
     if engine is None:
         torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
+        import lora
         import rollout
         import tiny
-        from rollout import load_model
 
         model_name = a.model or tiny.get_tiny_model(tiny.CODE_RECIPE if kind == "code" else None)
         dtype = {"auto": torch.bfloat16 if torch.cuda.is_available() else torch.float32, "float32": torch.float32,
                  "bfloat16": torch.bfloat16}[a.dtype]
-        model, tokenizer = load_model(model_name, dtype)
+        model, tokenizer, engine_path = lora.load_any(model_name, dtype)  # a LoRA checkpoint: merged onto its base
         model = model.to("cuda" if torch.cuda.is_available() else "cpu").eval().requires_grad_(False)
-        engine = rollout.make_engine(a.rollout, model, tokenizer, model_path=model_name, seed=a.seed,
+        engine = rollout.make_engine(a.rollout, model, tokenizer, model_path=engine_path, seed=a.seed,
                                      max_model_len=512 if not a.model else None)
     if kind == "code":  # Ring-lite / Skywork grade code all-or-nothing: correct = every test passes
         from coding.code_reward import CodeReward

@@ -44,6 +44,7 @@ import torch
 
 import data
 import grpo
+import lora
 from rollout import SamplingParams, load_model
 
 
@@ -168,6 +169,15 @@ class Config:
                                  "the config is logged once, every metrics.jsonl row each step")
     threads: int = opt(1, "CPU threads for torch (0 = torch's default). 1 by default: the tiny model gains little from more, "
                           "and an OpenMP pool sharing its cores with other work ran 30x slower here (measured)")
+    lora_rank: int = opt(0, "LoRA rank r (lora.py, peft): train low-rank adapters on a frozen base; 0 = full fine-tuning. With "
+                            "LoRA the --lr default is 10x full fine-tuning's (TRL's 'LoRA without regret'), the reference "
+                            "model is the base (adapter disabled, no second copy) and checkpoints hold the adapter")
+    lora_alpha: int = opt(32, "LoRA alpha: adapters scaled by alpha / r (32: verl's GRPO-LoRA baselines and 'LoRA without regret')")
+    lora_dropout: float = opt(0.0, "dropout on the adapters' input (0: verl's and TRL's GRPO-LoRA examples)")
+    lora_targets: str = opt("all-linear", "modules that get adapters: 'all-linear' (every linear layer of the decoder, not "
+                                          "the LM head) or comma-separated names, e.g. q_proj,k_proj,v_proj,o_proj")
+    load_in_4bit: bool = opt(False, "QLoRA: the frozen base's linear layers in 4-bit NF4 (bitsandbytes: pip install -e '.[qlora]'; "
+                                     "runs on CPU too, slowly); needs --lora-rank; rollouts with --rollout fast or hf")
     # --- recipe: each paper's techniques (train.py --recipe NAME sets them; any flag given still wins) ---
     recipe: str = opt("grpo", "preset of a paper's settings: " + ", ".join(RECIPES) + " (see RECIPES in train.py and the README)")
     dynamic_sampling: bool = opt(False, "DAPO: keep only groups with mixed correctness (or scores: --filter-metric), regenerating until the batch is full")
@@ -282,6 +292,10 @@ class Config:
         if self.fsdp and (self.dynamic_sampling or self.seamless):
             bad("fsdp", "cannot be combined with --dynamic-sampling / --seamless: their generation rounds differ between "
                         "processes, and under FSDP every forward pass is a collective")
+        if self.lora_rank:
+            lora.validate(self, bad)
+        elif self.load_in_4bit:
+            bad("load-in-4bit", "QLoRA trains adapters on the 4-bit base: it needs --lora-rank R > 0")
 
 
 REWARDS = ("math", "math-strict", "math-dapo", "code", "code-strict", "code-soft")
@@ -384,6 +398,8 @@ def parse_config(argv=None) -> Config:
     if recipe not in RECIPES:
         raise SystemExit(f"error: --recipe: {recipe!r} is not one of {', '.join(RECIPES)}")
     ap.set_defaults(**RECIPES[recipe])  # a recipe changes defaults; flags given on the command line still win
+    if vars(ap.parse_known_args(argv)[0])["lora_rank"]:  # LoRA: its own lr default (lora.LR_SCALE x full fine-tuning's)
+        ap.set_defaults(lr=ap.get_default("lr") * lora.LR_SCALE)
     cfg = Config(**vars(ap.parse_args(argv)))
     cfg.validate()
     return cfg
@@ -470,6 +486,7 @@ def response_logprobs(model, batch, temperature: float, with_entropy: bool = Fal
         logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits  # (N, P+R, V)
         return grpo.token_logprobs(logits[:, P - 1 : -1], resp, temperature, with_entropy)  # (N, R)
     base = getattr(model, "module", model)  # DDP keeps the model in .module; FSDP2 shards it in place
+    base = base.get_base_model() if hasattr(base, "get_base_model") else base  # LoRA: the transformers model in peft's
     name = next(n for n, m in base.named_children() if m is base.get_output_embeddings())
     head = getattr(base, name)
     setattr(base, name, LogprobHead(head, resp, resp_mask, temperature, with_entropy, chunk_size))
@@ -543,6 +560,18 @@ def is_sharded(accelerator) -> bool:
     from accelerate.utils import DistributedType
 
     return accelerator.distributed_type == DistributedType.FSDP
+
+
+def shard_reference(model):
+    """FSDP2: the frozen reference sharded like the policy (`fully_shard` per decoder layer, then the root, as
+    Accelerate's transformer_based_wrap does), instead of a full copy in every process. Accelerate's prepare() wants an
+    optimizer with every FSDP2 model, and the reference has none: torch's fully_shard directly."""
+    from torch.distributed.fsdp import fully_shard
+
+    for m in model.modules():
+        if type(m).__name__ in (model._no_split_modules or ()):
+            fully_shard(m)
+    return fully_shard(model)
 
 
 class GatheredWeights:
@@ -743,30 +772,37 @@ def setup(cfg: Config) -> Run:
     if cfg.threads and not torch.cuda.is_available():
         torch.set_num_threads(cfg.threads)
     dtype = torch.bfloat16 if precision(cfg) == "bfloat16" else torch.float32  # bf16-mixed: fp32 weights, bf16 autocast
+    if cfg.lora_rank and precision(cfg) == "bf16-mixed":  # LoRA: the frozen base in bf16, no fp32 master copy
+        dtype = torch.bfloat16
     with accelerator.main_process_first():  # N processes: the tiny model is built once, by the main process
         # a built-in code stage needs the tiny model whose cold start covered code too (models/tiny-qwen2-code)
         recipe = tiny.CODE_RECIPE if any(st.kind == "code" for st in stages) else tiny.TinyRecipe()
         model_path = cfg.model or tiny.get_tiny_model(recipe, verbose=accelerator.is_main_process)
-    model, tok = load_model(resume_from or model_path, dtype, flag="--resume" if resume_from else "--model")
+    model, tok = (lora.load(cfg, model_path, dtype, resume_from) if cfg.lora_rank else  # base + adapter (resumed)
+                  load_model(resume_from or model_path, dtype, flag="--resume" if resume_from else "--model"))
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     # Seeded after the model exists: building the tiny model (its SFT) must not shift the sampling streams, so a
     # first run that builds it and a later run that finds it cached are the same run.
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed + accelerator.process_index)  # per-process sampling streams
-    ref_model = load_model(model_path, dtype)[0].eval().requires_grad_(False) if cfg.kl_coef > 0 else None
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    ref_model = load_model(model_path, dtype)[0].eval().requires_grad_(False) if cfg.kl_coef > 0 and not cfg.lora_rank else None
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay)
     model, optimizer = accelerator.prepare(model, optimizer)
+    if cfg.lora_rank and cfg.kl_coef > 0:  # the reference for free: the same model with the adapter disabled
+        ref_model = lora.Reference(accelerator.unwrap_model(model))
     if ref_model is not None:
-        ref_model = ref_model.to(accelerator.device)
+        ref_model = shard_reference(ref_model) if sharded else ref_model.to(accelerator.device)
         if precision(cfg) == "bf16-mixed":  # the policy's forward runs under Accelerate's autocast: so does the reference
             ref_model.forward = torch.autocast(accelerator.device.type, dtype=torch.bfloat16)(ref_model.forward)
     if sharded:  # HF generate then steps all processes until the last one is done (synced_gpus): every forward gathers
         accelerator.unwrap_model(model)._is_fsdp_managed_module = True
     # FSDP: FastEngine's decode loop lets finished processes stop, but every sharded forward is a collective: HF
     # generate with synced_gpus instead
-    engine = rollout.make_engine("hf" if sharded and cfg.rollout == "fast" else cfg.rollout, accelerator.unwrap_model(model),
-                                 tok, model_path=resume_from or model_path,
+    policy = accelerator.unwrap_model(model)
+    engine = rollout.make_engine("hf" if sharded and cfg.rollout == "fast" else cfg.rollout,
+                                 lora.engine_view(policy, cfg.rollout) if cfg.lora_rank else policy,
+                                 tok, model_path=model_path if cfg.lora_rank else resume_from or model_path,
                                  seed=cfg.seed, max_model_len=512 if not cfg.model else None,
                                  gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, enable_sleep=cfg.vllm_sleep)
     ent_ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max, timing=cfg.entropy_timing,
@@ -1340,7 +1376,8 @@ def main(argv=None):
         umetrics = update_policy(cfg, acc, model, run.ref_model, run.optimizer, tok, p_ids, r_ids, adv[sel],
                                  [batch.comps[i].truncated for i in sel], alpha, step, engine_lp)
         run.last_nll = umetrics.pop("policy/sampled_nll", run.last_nll)
-        engine.sync_weights(GatheredWeights(model) if is_sharded(acc) and cfg.rollout == "vllm" else acc.unwrap_model(model))
+        weights = GatheredWeights(model) if is_sharded(acc) and cfg.rollout == "vllm" else acc.unwrap_model(model)
+        engine.sync_weights(lora.engine_view(weights, cfg.rollout) if cfg.lora_rank else weights)
 
         # 6. log, evaluate, checkpoint
         row = {"step": step + 1, **step_stats(acc, batch, G, timeouts, n_gen), **extra, **umetrics}

