@@ -77,9 +77,6 @@ def validate(cfg, bad):
         bad("lora-alpha", f"must be > 0, got {cfg.lora_alpha}")
     if not 0 <= cfg.lora_dropout < 1:
         bad("lora-dropout", f"must be in [0, 1), got {cfg.lora_dropout}")
-    if cfg.fsdp:
-        bad("fsdp", "cannot be combined with --lora-rank yet: FSDP2 needs one dtype per sharded unit, and a decoder "
-                    "layer holds a bf16 frozen base and fp32 adapters (see docs/lora.md); use DDP (accelerate launch)")
     if cfg.lora_vllm_sync not in ("merged", "adapter"):
         bad("lora-vllm-sync", f"{cfg.lora_vllm_sync!r} is not 'merged' or 'adapter'")
     if cfg.load_in_4bit and cfg.rollout == "vllm" and cfg.lora_vllm_sync != "adapter":

@@ -596,6 +596,7 @@ def save_checkpoint(path, accelerator, model, tok, optimizer, state: dict):
     get_optimizer_state_dict, parameter names as keys), which the main process writes: the checkpoint has the same
     files as an unsharded run's and resumes under any process count with the same sharding mode."""
     weights = opt_state = None
+    rng = rng_states(accelerator)  # a collective: every process's sampling streams
     if is_sharded(accelerator):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
@@ -613,12 +614,34 @@ def save_checkpoint(path, accelerator, model, tok, optimizer, state: dict):
     unwrapped.save_pretrained(tmp, state_dict=weights)
     tok.save_pretrained(tmp)
     torch.save(
-        {"optimizer": opt_state if weights is not None else optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
-         "py_rng": random.getstate(), **state},
+        {"optimizer": opt_state if weights is not None else optimizer.state_dict(), "rng": rng, **state},
         os.path.join(tmp, "trainer_state.pt"),
     )
     shutil.rmtree(path, ignore_errors=True)
     os.replace(tmp, path)
+
+
+def rng_states(accelerator) -> list[dict]:
+    """The RNG states of every process (index = process rank): each samples from its own stream (seed + rank), so a
+    resumed run restores each process's own, as Accelerate's save_state does (random_states_<rank>.pkl)."""
+    mine = {"torch": torch.get_rng_state(), "py": random.getstate()}
+    if torch.cuda.is_available():
+        mine["cuda"] = torch.cuda.get_rng_state()
+    if accelerator.num_processes == 1:
+        return [mine]
+    every = [None] * accelerator.num_processes
+    torch.distributed.all_gather_object(every, mine)
+    return every
+
+
+def set_rng_states(accelerator, states: list[dict]) -> None:
+    """Back to this process's saved streams; a checkpoint from another process count gives rank r the streams of
+    process r mod its count (the run continues, not bit for bit)."""
+    mine = states[accelerator.process_index % len(states)]
+    torch.set_rng_state(mine["torch"])
+    random.setstate(mine["py"])
+    if "cuda" in mine and torch.cuda.is_available():
+        torch.cuda.set_rng_state(mine["cuda"])
 
 
 def latest_checkpoint(output_dir: str) -> str | None:
@@ -791,11 +814,15 @@ def setup(cfg: Config) -> Run:
     torch.manual_seed(cfg.seed + accelerator.process_index)  # per-process sampling streams
     ref_model = load_model(model_path, dtype)[0].eval().requires_grad_(False) if cfg.kl_coef > 0 and not cfg.lora_rank else None
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay)
-    model, optimizer = accelerator.prepare(model, optimizer)
+    if cfg.lora_rank and sharded:  # FSDP2 + LoRA: the root is the transformers model inside peft's wrapper (lora.py)
+        optimizer = accelerator.prepare(model.get_base_model(), optimizer)[1]
+    else:
+        model, optimizer = accelerator.prepare(model, optimizer)
     if cfg.lora_rank and cfg.kl_coef > 0:  # the reference for free: the same model with the adapter disabled
         ref_model = lora.Reference(accelerator.unwrap_model(model))
-    if ref_model is not None:
+    if ref_model is not None and not cfg.lora_rank:  # (LoRA's reference is the policy itself: placed and sharded)
         ref_model = shard_reference(ref_model) if sharded else ref_model.to(accelerator.device)
+    if ref_model is not None:
         if precision(cfg) == "bf16-mixed":  # the policy's forward runs under Accelerate's autocast: so does the reference
             ref_model.forward = torch.autocast(accelerator.device.type, dtype=torch.bfloat16)(ref_model.forward)
     if sharded:  # HF generate then steps all processes until the last one is done (synced_gpus): every forward gathers
@@ -822,7 +849,7 @@ def setup(cfg: Config) -> Run:
                                      options=StateDictOptions(full_state_dict=True))
         else:
             optimizer.load_state_dict(st["optimizer"])
-        torch.set_rng_state(st["torch_rng"]), random.setstate(st["py_rng"])
+        set_rng_states(accelerator, st["rng"])
         for task, state in zip(run.tasks, st["samplers"]):
             task.sampler.load_state_dict(state)
         if ent_ctrl is not None:

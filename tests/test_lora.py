@@ -167,7 +167,7 @@ def test_evaluate_loads_an_adapter_checkpoint(tiny_model_path, tmp_path, capsys)
     (["--lora-rank", "-1"], "--lora-rank"),
     (["--load-in-4bit"], "needs --lora-rank"),
     (["--lora-rank", "4", "--lora-dropout", "1.5"], "--lora-dropout"),
-    (["--lora-rank", "4", "--fsdp"], "--fsdp"),
+    (["--lora-rank", "4", "--lora-vllm-sync", "both"], "--lora-vllm-sync"),
     (["--lora-rank", "4", "--lora-targets", "no_such_proj"], "--lora-targets"),
 ])
 def test_bad_lora_flags_stop_with_one_line(tiny_model_path, tmp_path, args, needle):
