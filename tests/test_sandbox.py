@@ -15,6 +15,7 @@ without it a program really could, e.g., kill this test process.
 
 import ctypes
 import os
+import re
 import shutil
 import socket
 import string
@@ -321,6 +322,12 @@ for ring in (-1, -2, -3, -4, -5, sys_(KEYCTL, 22, -1, 0)):   # thread .. user-se
     print(ring, k, k > 0 and buf.raw[:sys_(KEYCTL, 11, k, buf, 256)].decode())
 print(sys_(REQUEST_KEY, b'user', b'grpo-bait', None, 0))
 """
+
+
+def path_components(out: str) -> set[str]:
+    """Every name a probe printed: the entries of printed lists and the components of printed paths. Matching whole
+    names, not substrings: a checkout named `p` or `grpo` is a substring of the sandbox's own names (grpo-bait-...)."""
+    return {part for tok in re.split(r"[\s'\",\[\]()]+", out) for part in tok.split("/") if part}
 
 
 def read(*paths: str) -> str:
@@ -646,7 +653,7 @@ for d in ('$dir', os.path.dirname('$project'), '/work', '/home', '/root'):
     try: print(os.listdir(d))
     except OSError as e: print(d, e.errno)
 """ + read("$dir/*/train.py", "/*/*/train.py"),
-     probe_that(lambda c, r, f: "other-checkout" not in r.stdout and os.path.basename(PROJECT) not in r.stdout, "listed"))
+     probe_that(lambda c, r, f: not {"other-checkout", os.path.basename(PROJECT)} & path_components(r.stdout), "listed"))
 case("etc-and-opt", "snoop", read("/etc/passwd", "/etc/hostname", "/opt/*", "/srv/*"),
      probe_that(lambda c, r, f: "root:" not in r.stdout, "/etc/passwd leaked"))
 case("parent-environment", "snoop", read("/proc/$test_pid/environ", "/proc/*/environ", "/proc/1/cmdline")
