@@ -10,8 +10,21 @@ Notable features
     the sampling distribution (a `generation_config.json` with top_k=20 or a repetition penalty, as Qwen ships)
     are switched off explicitly: the trainer's log-probs must be those of the distribution that was sampled.
   * temperature 0 means greedy decoding (evaluation).
-  * Each completion is cut after its first EOS; `truncated` is True when none came within `max_new_tokens`.
-    `length` counts the response tokens including the EOS (what DAPO's length penalty uses).
+  * Where a response ends, one rule for every engine (`stop_token_ids`, `finish`): at the first stop token (the
+    tokenizer's EOS, every id of the model's generation_config.eos_token_id, and the chat template's end-of-turn
+    token when it is a special token: a Qwen2.5 base model's EOS is <|endoftext|> but its turns end with
+    <|im_end|>), or right after the token that completes a stop string (`SamplingParams.stop`, e.g. "</answer>";
+    the string is kept, as vLLM's include_stop_str_in_output). The stop token stays in `token_ids`;
+    `truncated` is True when neither came within `max_new_tokens`; `length` counts the response tokens
+    including the stop token (what DAPO's length penalty uses). A stop string that ends inside a token keeps the
+    whole token: the tokens the trainer scores are exactly the ones sampled, and the text may run a few characters
+    past the string.
+  * A model vocabulary larger than the tokenizer's (Qwen2.5: 151,936 embedding rows for 151,665 tokens) is sampled
+    whole, as vLLM and `generate` sample it and as the trainer's log-softmax normalises it: the policy is the
+    model's distribution over every row. An id beyond the tokenizer decodes to nothing (the reward never sees it)
+    and stays in `token_ids` (the trainer scores it, `length` counts it). Masking those rows in the engines only
+    would make the sampling distribution differ from the trainer's by log(1 - p_extra) per token: 0.009 on the
+    tiny model (27 of its 128 rows are beyond its tokenizer), measured against vLLM's processed log-probs.
   * `load_model`: a model and its tokenizer from a directory or hub name, for the trainer, the engines and
     `grade.py`, with one clear error for a path that is not a model.
   * `VLLMEngine` (`make_engine("vllm", ..., model_path=...)`): vLLM colocated in the training process, the same
@@ -37,6 +50,7 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 64
+    stop: tuple[str, ...] = ()  # stop strings (the response ends right after the token that completes one)
 
 
 @dataclass
@@ -46,6 +60,66 @@ class Completion:
     length: int  # len(token_ids)
     truncated: bool  # hit max_new_tokens without EOS
     logprobs: list[float] | None = None  # sampling log-probs per token, for engines that report them
+
+
+def end_of_turn_id(tokenizer) -> int | None:
+    """The special token the chat template closes an assistant turn with (<|im_end|>, <|eot_id|>), if any."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    mark = "zqxv"
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "a"}, {"role": "assistant", "content": mark}],
+                                             tokenize=False)
+    except Exception:  # a template that refuses this conversation names no end of turn
+        return None
+    tail = text[text.rindex(mark) + len(mark):] if mark in text else ""
+    ids = tokenizer(tail.lstrip(" "), add_special_tokens=False)["input_ids"]
+    added = getattr(tokenizer, "added_tokens_decoder", {})
+    return ids[0] if ids and ids[0] in added and added[ids[0]].special else None
+
+
+def stop_token_ids(tokenizer, generation_config=None) -> list[int]:
+    """Every id that ends a response: the tokenizer's EOS, the model's generation_config.eos_token_id (an int or a
+    list: instruct models list several), and the chat template's end-of-turn token."""
+    ids = [tokenizer.eos_token_id]
+    eos = getattr(generation_config, "eos_token_id", None)
+    ids += list(eos) if isinstance(eos, (list, tuple)) else [eos]
+    ids.append(end_of_turn_id(tokenizer))
+    return list(dict.fromkeys(i for i in ids if i is not None))
+
+
+def generation_config_of(model=None, model_path: str | None = None):
+    """The model's generation_config (transformers' GenerationConfig), from the model or its directory, or None."""
+    gc = getattr(model, "generation_config", None)
+    if gc is None and model_path and os.path.exists(os.path.join(model_path, "generation_config.json")):
+        from transformers import GenerationConfig
+
+        gc = GenerationConfig.from_pretrained(model_path)
+    return gc
+
+
+def stop_string_end(tokenizer, ids: list[int], stop: tuple[str, ...]) -> int | None:
+    """The length of the shortest prefix of `ids` whose text contains a stop string, or None (binary search: a
+    prefix's text is a prefix of the whole text)."""
+    contains = lambda k: any(s in tokenizer.decode(ids[:k], skip_special_tokens=False) for s in stop)  # noqa: E731
+    if not stop or not ids or not contains(len(ids)):
+        return None
+    lo, hi = 1, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if contains(mid) else (mid + 1, hi)
+    return lo
+
+
+def finish(tokenizer, ids: list[int], stops, stop: tuple[str, ...] = (), logprobs: list[float] | None = None) -> Completion:
+    """The Completion of a generated row, cut by the one rule every engine follows (module docstring)."""
+    stops = set(stops)
+    end = next((i + 1 for i, t in enumerate(ids) if t in stops), None)
+    k = stop_string_end(tokenizer, ids[:end] if end else ids, stop)
+    end = k if k is not None else end
+    ids = ids[:end] if end is not None else ids
+    lps = logprobs[: len(ids)] if logprobs is not None else None
+    return Completion(ids, tokenizer.decode(ids, skip_special_tokens=True), len(ids), end is None, lps)
 
 
 class Engine:
@@ -61,13 +135,14 @@ class Engine:
 class HFEngine(Engine):
     def __init__(self, model, tokenizer, max_batch: int = 512):
         self.model, self.tok, self.max_batch = model, tokenizer, max_batch
+        self.stops = stop_token_ids(tokenizer, generation_config_of(model))
 
     def sync_weights(self, model) -> None:
         self.model = model  # generates with the training model itself: nothing to copy
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
-        tok, eos, pad = self.tok, self.tok.eos_token_id, self.tok.pad_token_id
+        tok, pad = self.tok, self.tok.pad_token_id
         flat = [p for p in prompts for _ in range(n)]  # prompt-major: completions of a prompt are consecutive
         was_training = self.model.training
         self.model.eval()
@@ -75,21 +150,17 @@ class HFEngine(Engine):
         device = next(self.model.parameters()).device
         greedy = params.temperature == 0
         kw = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
+        if params.stop:
+            kw.update(stop_strings=list(params.stop), tokenizer=tok)
         for s in range(0, len(flat), self.max_batch):
             chunk = flat[s : s + self.max_batch]
             enc = tok(chunk, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False).to(device)
             gen = self.model.generate(
-                **enc, max_new_tokens=params.max_new_tokens, eos_token_id=eos, pad_token_id=pad,
+                **enc, max_new_tokens=params.max_new_tokens, eos_token_id=self.stops, pad_token_id=pad,
                 repetition_penalty=1.0, **kw,
             )
             resp = gen[:, enc["input_ids"].shape[1] :].tolist()  # (b, <= max_new_tokens)
-            for ids in resp:
-                if eos in ids:
-                    ids = ids[: ids.index(eos) + 1]
-                    truncated = False
-                else:
-                    truncated = True
-                out.append(Completion(ids, tok.decode(ids, skip_special_tokens=True), len(ids), truncated))
+            out += [finish(tok, ids, self.stops, params.stop) for ids in resp]
         if was_training:
             self.model.train()
         return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
@@ -122,7 +193,7 @@ class FastEngine(HFEngine):
         from transformers import DynamicCache
         from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
-        tok, eos, pad = self.tok, self.tok.eos_token_id, self.tok.pad_token_id
+        tok, pad = self.tok, self.tok.pad_token_id
         model = self.model
         flat = [p for p in prompts for _ in range(n)]
         was_training = model.training
@@ -147,6 +218,8 @@ class FastEngine(HFEngine):
             resp = torch.full((b, params.max_new_tokens), pad, dtype=torch.long, device=device)
             rows = torch.arange(b, device=device)  # batch rows still generating
             x = enc["input_ids"]
+            stops = torch.tensor(self.stops, device=device)
+            window = max((len(s) for s in params.stop), default=0) + 1  # tokens that can hold a stop string's end
             for t in range(params.max_new_tokens):
                 logits = model(input_ids=x, past_key_values=cache, position_ids=pos, attention_mask=attn,
                                logits_to_keep=1, use_cache=True, return_dict=True).logits[:, -1, :].float()
@@ -162,7 +235,11 @@ class FastEngine(HFEngine):
                     q = torch.empty((b, probs.shape[-1]), device=device).exponential_(1)  # multinomial's draw, all b rows
                     nxt = (probs / q[rows]).argmax(-1)
                 resp[rows, t] = nxt
-                going = nxt != eos
+                going = ~torch.isin(nxt, stops)
+                if params.stop:  # a row whose last tokens complete a stop string is done too
+                    tails = resp[rows, max(0, t + 1 - window) : t + 1].tolist()
+                    done = [any(s in tok.decode(tail, skip_special_tokens=False) for s in params.stop) for tail in tails]
+                    going &= ~torch.tensor(done, device=device)
                 if not bool(going.all()):  # drop finished rows (and their KV cache)
                     keep = going.nonzero().squeeze(1)
                     if keep.numel() == 0:
@@ -172,12 +249,7 @@ class FastEngine(HFEngine):
                 x = nxt[:, None]
                 attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=-1)
                 pos = pos[:, -1:] + 1
-            for ids in resp.tolist():
-                if eos in ids:
-                    ids, truncated = ids[: ids.index(eos) + 1], False
-                else:
-                    truncated = True
-                out.append(Completion(ids, tok.decode(ids, skip_special_tokens=True), len(ids), truncated))
+            out += [finish(tok, ids, self.stops, params.stop) for ids in resp.tolist()]
         if was_training:
             model.train()
         return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
@@ -230,7 +302,8 @@ class VLLMEngine(Engine):
 
         _quiet_expected_reload_warnings()
 
-        self.tok, self.eos = tokenizer, tokenizer.eos_token_id
+        self.tok = tokenizer
+        self.stops = stop_token_ids(tokenizer, generation_config_of(model, model_path))
         rank, world = 0, 1
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
@@ -259,6 +332,7 @@ class VLLMEngine(Engine):
         torch.set_num_threads(threads)
         self.enable_sleep, self.sleeping, self.last_sync_s, self._has_reload = enable_sleep and on_gpu, None, 0.0, None
         self._streaming: set[str] = set()  # handles of submitted prompts not yet polled
+        self._stream_params: dict[str, SamplingParams] = {}  # their sampling parameters (stop strings)
         self._lora = None  # the adapter every request runs with (adapter-only sync), a new id per sync
         self.sync_weights(model)  # the engine starts from the trainer's weights, whatever model_path held
 
@@ -329,18 +403,17 @@ class VLLMEngine(Engine):
         return VSP(
             n=1 if greedy else n,  # vLLM refuses n > 1 with greedy: the prompt is repeated instead
             temperature=params.temperature, top_p=1.0 if greedy else params.top_p, top_k=0, min_p=0.0,
-            repetition_penalty=1.0, max_tokens=params.max_new_tokens, stop_token_ids=[self.eos],
+            repetition_penalty=1.0, max_tokens=params.max_new_tokens, stop_token_ids=self.stops,
+            stop=list(params.stop) or None, include_stop_str_in_output=True,
             logprobs=0,  # the sampled token's log-prob only
-            detokenize=False,  # decoded below with the trainer's tokenizer
+            detokenize=bool(params.stop),  # stop strings need vLLM's text; the Completion is decoded below either way
             output_kind=RequestOutputKind.FINAL_ONLY,  # one output per prompt, its n samples together
         )
 
-    def _completion(self, c) -> Completion:
-        tids = list(c.token_ids)
-        if self.eos in tids:  # vLLM keeps the stop token in token_ids, as HFEngine does
-            tids = tids[: tids.index(self.eos) + 1]
+    def _completion(self, c, params: SamplingParams) -> Completion:
+        tids = list(c.token_ids)  # vLLM keeps the stop token in token_ids, as HFEngine does
         lps = [d[t].logprob for d, t in zip(c.logprobs, tids)] if c.logprobs is not None else None
-        return Completion(tids, self.tok.decode(tids, skip_special_tokens=True), len(tids), c.finish_reason == "length", lps)
+        return finish(self.tok, tids, self.stops, params.stop, lps)
 
     def _token_prompts(self, prompts: list[str]) -> list[dict]:
         return [{"prompt_token_ids": self.tok(p, add_special_tokens=False)["input_ids"]} for p in prompts]
@@ -352,7 +425,7 @@ class VLLMEngine(Engine):
         greedy = params.temperature == 0
         reqs = [r for r in self._token_prompts(prompts) for _ in range(n if greedy else 1)]
         outs = self.llm.generate(reqs, self._params(n, params), use_tqdm=False, lora_request=self._lora)
-        res = [self._completion(c) for o in outs for c in o.outputs]  # prompt-major, n per prompt
+        res = [self._completion(c, params) for o in outs for c in o.outputs]  # prompt-major, n per prompt
         return [res[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     # ---- streaming: continuous batching driven by the caller (seamless.py) ------------------------------------
@@ -373,6 +446,7 @@ class VLLMEngine(Engine):
         # outputs and abort_request use the external id, a counter that holds no "-"
         ids = [i.rsplit("-", 1)[0] for i in ids]
         self._streaming.update(ids)
+        self._stream_params.update((i, params) for i in ids)
         return ids
 
     def poll(self) -> list[tuple[str, list[Completion]]]:
@@ -381,7 +455,8 @@ class VLLMEngine(Engine):
         for o in self.llm.llm_engine.step():
             if o.finished and o.request_id in self._streaming:
                 self._streaming.discard(o.request_id)
-                done.append((o.request_id, [self._completion(c) for c in o.outputs]))
+                params = self._stream_params.pop(o.request_id)
+                done.append((o.request_id, [self._completion(c, params) for c in o.outputs]))
         return done
 
     def free_slots(self) -> int:
@@ -402,6 +477,8 @@ class VLLMEngine(Engine):
         if handles:
             self.llm.llm_engine.abort_request(handles)
             self._streaming.difference_update(handles)
+            for h in handles:
+                self._stream_params.pop(h, None)
 
 
 def _refresh_tied_lm_head(worker) -> bool:
