@@ -16,13 +16,17 @@ Notable features
         plain      prompt, answer                         (what `grade.py` and this project write)
     Optional fields `difficulty` (1-5) and `pass_rate` are kept when present (offline grading, grade.py).
   * Bad input stops with one error naming the file, line and field.
-  * Prompt building: the tokenizer's chat template when it has one, a plain template otherwise, both with
-    the instruction used by Ring-lite / Skywork-OR1 / MiMo:
-    "Please reason step by step, and put your final answer within \\boxed{}."
-    DAPO's own template (an "Answer:" last line) is build_prompt(kind="math-dapo").
+  * Prompt templates (`--template`, TEMPLATES): 'auto' (the default) is the tokenizer's chat template when it has
+    one, a plain completion template otherwise, both with the instruction used by Ring-lite / Skywork-OR1 / MiMo
+    ("Please reason step by step, and put your final answer within \\boxed{}."); 'chat' and 'plain' force either;
+    'qwen-math' is Qwen2.5-Math's system prompt; 'r1-zero' DeepSeek-R1-Zero's completion template; 'dapo' DAPO's
+    (an "Answer:" last line, what --reward math-dapo reads; also what 'auto' gives with that reward). A prompt is
+    text the engines tokenize without adding special tokens: a chat template writes its own BOS, and the plain
+    templates start with the tokenizer's BOS when it adds one (Llama), so a prompt never has two.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -35,6 +39,25 @@ CODE_INSTRUCTION = "Write a complete Python 3 program (or the requested function
 PLAIN_TEMPLATE = "Question: {question}\n" + INSTRUCTION + "\nAnswer: "
 # DAPO's own prompt (BytedTsinghua-SIA/DAPO README, algorithms.md Sec. 2.6): the answer goes on a last line
 # "Answer: ...", which reward.MathReward(mode="math-dapo") reads as DAPO's code does. build_prompt(kind="math-dapo").
+# Qwen2.5-Math's system prompt (its model card and evaluation code), with the question alone as the user turn: the
+# template alone moves Qwen2.5-Math-1.5B on MATH-500 from 33.0 (no template) to 61.8 before any RL (the Dr. GRPO
+# paper's "understand R1-Zero" study, Table 2).
+QWEN_MATH_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
+# DeepSeek-R1-Zero's template (DeepSeek-R1 paper, Table 1), "prompt" replaced by the question; a completion template
+# (no chat turns): the answer is read inside <answer> </answer> (reward.final_text).
+R1_ZERO_TEMPLATE = ("A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
+                    "The assistant first thinks about the reasoning process in the mind and then provides the user with "
+                    "the answer. The reasoning process and answer are enclosed within <think> </think> and <answer> "
+                    "</answer> tags, respectively, i.e., <think> reasoning process here </think> <answer> answer here "
+                    "</answer>. User: {question}. Assistant:")
+TEMPLATES = {  # --template NAME: what each builds (build_prompt)
+    "auto": "the tokenizer's chat template when it has one, else 'plain' (with --reward math-dapo: 'dapo')",
+    "chat": "the tokenizer's chat template: the question and the \\boxed{} instruction as the user turn (+ --system-prompt)",
+    "plain": "completion text for base models: 'Question: ...' + the instruction + 'Answer: '",
+    "qwen-math": "the chat template with Qwen2.5-Math's system prompt and the question alone as the user turn",
+    "r1-zero": "DeepSeek-R1-Zero's completion template (<think> </think> <answer> </answer>)",
+    "dapo": "DAPO's template (an 'Answer:' last line; --reward math-dapo reads it), in the chat template if there is one",
+}
 DAPO_TEMPLATE = ("Solve the following math problem step by step. The last line of your response should be of the form "
                  "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{question}\n\n"
                  "Remember to put your answer on its own line after \"Answer:\".")
@@ -42,6 +65,13 @@ DAPO_TEMPLATE = ("Solve the following math problem step by step. The last line o
 
 class DataError(ValueError):
     """Bad input data; the message names the file, line and field."""
+
+
+class ArgParser(argparse.ArgumentParser):
+    """argparse with one `error:` line (cli prints it, exit code 2) instead of usage + message on a bad flag."""
+
+    def error(self, message):
+        raise SystemExit(f"error: {message} (python {self.prog} --help lists the options)")
 
 
 def cli(main, argv=None) -> int:
@@ -535,18 +565,50 @@ def write_jsonl(path: str, rows: list[dict]) -> None:
 # ------------------------------------------------------------------------------------------------
 # Prompts
 # ------------------------------------------------------------------------------------------------
-def build_prompt(tokenizer, question: str, kind: str = "math") -> str:
-    """Chat template (as a user turn, generation prompt appended) when the tokenizer has one, else plain.
+def build_prompt(tokenizer, question: str, kind: str = "math", template: str = "auto", system: str = "") -> str:
+    """The prompt text for `question` (TEMPLATES; the module docstring).
 
-    kind: 'math' (the \\boxed{} instruction), 'code', or 'math-dapo' (DAPO's template, the question inside it)."""
-    if kind == "math-dapo":
-        content = DAPO_TEMPLATE.replace("{question}", question)
-        if getattr(tokenizer, "chat_template", None):
-            msgs = [{"role": "user", "content": content}]
-            return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-        return content + "\n\n"
-    instruction = CODE_INSTRUCTION if kind == "code" else INSTRUCTION
-    if getattr(tokenizer, "chat_template", None):
-        msgs = [{"role": "user", "content": f"{question}\n{instruction}"}]
+    kind: 'math' (the \\boxed{} instruction), 'code', or 'math-dapo' (DAPO's template, the question inside it).
+    template 'auto' with kind 'math-dapo' is 'dapo'; a code question keeps its instruction under any template but
+    'qwen-math' and 'r1-zero' (math templates: refused by check_template)."""
+    has_chat = bool(getattr(tokenizer, "chat_template", None))
+    if template == "auto":
+        template = "dapo" if kind == "math-dapo" else "chat" if has_chat else "plain"
+    if template in ("chat", "qwen-math") or (template == "dapo" and has_chat):
+        if template == "qwen-math":
+            system, content = system or QWEN_MATH_SYSTEM, question
+        elif template == "dapo":
+            content = DAPO_TEMPLATE.replace("{question}", question)
+        else:
+            content = f"{question}\n{CODE_INSTRUCTION if kind == 'code' else INSTRUCTION}"
+        msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
         return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-    return PLAIN_TEMPLATE.replace("{question}", question).replace(INSTRUCTION, instruction)
+    if template == "dapo":
+        text = DAPO_TEMPLATE.replace("{question}", question) + "\n\n"
+    elif template == "r1-zero":
+        text = R1_ZERO_TEMPLATE.replace("{question}", question)
+    else:
+        text = PLAIN_TEMPLATE.replace("{question}", question).replace(INSTRUCTION, CODE_INSTRUCTION if kind == "code" else INSTRUCTION)
+    return _bos(tokenizer) + (f"{system}\n\n" if system else "") + text
+
+
+def _bos(tokenizer) -> str:
+    """The BOS text a plain prompt starts with: the tokenizer's, when it adds one itself (Llama), else ''. Prompts are
+    tokenized with add_special_tokens=False everywhere, so this is the prompt's only BOS."""
+    bos = getattr(tokenizer, "bos_token", None)
+    if not bos:
+        return ""
+    ids = tokenizer("a")["input_ids"]
+    return bos if ids and ids[0] == tokenizer.bos_token_id else ""
+
+
+def check_template(tokenizer, template: str, kind: str, flag: str = "--template") -> None:
+    """One `error:` line for a template this tokenizer or task cannot use."""
+    if template not in TEMPLATES:
+        raise SystemExit(f"error: {flag} {template!r}: not one of {', '.join(TEMPLATES)}")
+    if template in ("chat", "qwen-math") and not getattr(tokenizer, "chat_template", None):
+        raise SystemExit(f"error: {flag} {template}: the tokenizer has no chat template (use --template plain or auto)")
+    if template in ("qwen-math", "r1-zero", "dapo") and kind == "code":
+        raise SystemExit(f"error: {flag} {template}: a math template, and this task is code (use auto, chat or plain)")
+    if template == "dapo" and kind != "math-dapo":
+        raise SystemExit(f"error: {flag} dapo: its answer is an 'Answer:' line, which only --reward math-dapo reads")

@@ -7,7 +7,9 @@ Notable features
     top-p 0.7). pass@k: the unbiased estimator of Chen et al. 2021 (arXiv 2107.03374, Eq. 1),
     pass@k = E_problems[1 - C(n-c, k) / C(n, k)] with c correct out of n >= k samples.
   * Accuracy broken down by difficulty level when the data has levels.
-  * Runs on its own on any checkpoint: python evaluate.py --model runs/default/checkpoint-100 --samples 8 --k 1,8
+  * Runs on its own on any checkpoint, with train.py's evaluation as its defaults (main):
+    python evaluate.py --model runs/default/checkpoint-40      # the accuracy the run printed last
+    python evaluate.py --model runs/default/checkpoint-40 --samples 8 --k 1,8
     (a LoRA checkpoint, train.py --lora-rank R, is merged onto the base model its adapter_config.json names)
 """
 from __future__ import annotations
@@ -32,12 +34,14 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def evaluate(engine, tokenizer, examples, reward_fn, samples: int = 0, ks=(1,), temperature: float = 1.0,
-             top_p: float = 1.0, max_new_tokens: int = 64, n_show: int = 0, kind: str = "math") -> dict:
-    """Greedy accuracy (always) and, when samples > 0, avg@samples and pass@k for each k <= samples."""
-    prompts = [data.build_prompt(tokenizer, ex.prompt, kind) for ex in examples]
+             top_p: float = 1.0, max_new_tokens: int = 64, n_show: int = 0, kind: str = "math", template: str = "auto",
+             system: str = "", stop: tuple[str, ...] = ()) -> dict:
+    """Greedy accuracy (always) and, when samples > 0, avg@samples and pass@k for each k <= samples. Prompts are
+    built and responses end as in training (data.build_prompt with `template`; rollout.finish with `stop`)."""
+    prompts = [data.build_prompt(tokenizer, ex.prompt, kind, template, system) for ex in examples]
     golds = [ex.answer for ex in examples]
     res = {}
-    greedy = engine.generate(prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens))
+    greedy = engine.generate(prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=stop))
     texts = [g[0].text for g in greedy]
     rewards, correct, _ = reward_fn(texts, golds)
     res["accuracy"] = sum(correct) / len(correct)
@@ -55,7 +59,7 @@ def evaluate(engine, tokenizer, examples, reward_fn, samples: int = 0, ks=(1,), 
         for ex, t, ok in list(zip(examples, texts, correct))[:n_show]
     ]
     if samples > 0:
-        outs = engine.generate(prompts, samples, SamplingParams(temperature, top_p, max_new_tokens))
+        outs = engine.generate(prompts, samples, SamplingParams(temperature, top_p, max_new_tokens, stop))
         flat = [c.text for group in outs for c in group]
         _, ok, _ = reward_fn(flat, [g for g in golds for _ in range(samples)])
         counts = [sum(ok[i * samples : (i + 1) * samples]) for i in range(len(examples))]
@@ -67,36 +71,54 @@ def evaluate(engine, tokenizer, examples, reward_fn, samples: int = 0, ks=(1,), 
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="Evaluate a checkpoint on held-out problems.")
-    ap.add_argument("--model", default=None, help="model path or hub name (default: the built-in tiny model)")
+    """evaluate.py's defaults are train.py's evaluation: the same 400 held-out problems (same seed), greedy + avg@4 /
+    pass@4 at T 1.0 sampled with train.py's evaluation seed, 64 new tokens, the fast engine, the math reward, the
+    auto template: evaluating a run's final checkpoint with the defaults prints the accuracy the run printed. A run
+    with other settings (a recipe's evaluation temperature, --max-new-tokens, --template) is evaluated with the
+    same flags; its config.json lists them."""
+    ap = data.ArgParser(prog="evaluate.py", description="Evaluate a checkpoint on held-out problems (defaults: train.py's evaluation).",
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--model", default="", help="model directory or hub name ('' = the built-in tiny model)")
     ap.add_argument("--data", default="builtin", help="'builtin' (held-out split) or a dataset file / hub name")
     ap.add_argument("--split", default="test", help="split for hub datasets")
-    ap.add_argument("--n-problems", type=int, default=500, help="number of problems (0 = all)")
-    ap.add_argument("--samples", type=int, default=0, help="samples per problem for avg@n / pass@k (0 = greedy only)")
-    ap.add_argument("--k", default="1", help="comma-separated k values for pass@k")
-    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature for avg@n / pass@k")
-    ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--rollout", default="hf", help="generation engine: hf or vllm")
+    ap.add_argument("--n-problems", type=int, default=400, help="number of problems (0 = all); train.py --eval-problems")
+    ap.add_argument("--samples", type=int, default=4, help="samples per problem for avg@n / pass@k (0 = greedy only)")
+    ap.add_argument("--k", default="1,4", help="comma-separated k values for pass@k (each <= --samples)")
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of avg@n / pass@k")
+    ap.add_argument("--top-p", type=float, default=1.0, help="top-p of avg@n / pass@k")
+    ap.add_argument("--max-new-tokens", type=int, default=64, help="maximum response length")
+    ap.add_argument("--seed", type=int, default=0, help="the run's --seed: which problems, and the sampled evaluation's stream")
+    ap.add_argument("--rollout", default="fast", choices=("fast", "hf", "vllm"), help="generation engine")
+    ap.add_argument("--reward", default="math", choices=("math", "math-strict", "math-dapo"), help="how answers are graded")
+    ap.add_argument("--template", default="auto", choices=tuple(data.TEMPLATES), help="prompt template (train.py --template)")
+    ap.add_argument("--system-prompt", default="", help="system prompt for the chat templates")
+    ap.add_argument("--stop", default="", help="stop strings, '||'-separated (train.py --stop)")
     a = ap.parse_args(argv)
-    if a.rollout not in ("hf", "vllm"):
-        raise SystemExit(f"error: --rollout: {a.rollout!r} is not 'hf' or 'vllm'")
+    import codecs
+
     import torch
 
     import lora
     import rollout
     import tiny
 
+    ks = [int(k) for k in a.k.split(",")]
+    if any(k > max(a.samples, 1) for k in ks):
+        raise SystemExit(f"error: --k {a.k}: pass@k needs k <= --samples ({a.samples})")
     examples = data.load_dataset(a.data, split=a.split, n=a.n_problems or None, seed=a.seed)  # bad data: before the model
     path = a.model or tiny.get_tiny_model()
     model, tok, path = lora.load_any(path, torch.float32)  # a LoRA checkpoint: merged onto its base
-    torch.manual_seed(a.seed)
+    kind = "math-dapo" if a.reward == "math-dapo" else "math"
+    data.check_template(tok, a.template, kind)
+    stop = tuple(codecs.decode(x, "unicode_escape") for x in a.stop.split("||") if x)
     engine = rollout.make_engine(a.rollout, model, tok, model_path=path, seed=a.seed,
                                  max_model_len=512 if not a.model else None)
-    res = evaluate(engine, tok, examples, MathReward(), a.samples, [int(k) for k in a.k.split(",")],
-                   a.temperature, a.top_p, a.max_new_tokens)
+    torch.manual_seed(a.seed + 7919)  # train.py's evaluation stream (run_eval)
+    res = evaluate(engine, tok, examples, MathReward(mode=a.reward), a.samples, ks, a.temperature, a.top_p,
+                   a.max_new_tokens, kind=kind, template=a.template, system=a.system_prompt, stop=stop)
     res.pop("samples")
+    res = {"model": a.model or path, "data": a.data, "problems": len(examples), **{k: v for k, v in vars(a).items() if k in (
+        "samples", "temperature", "top_p", "max_new_tokens", "seed", "rollout", "reward", "template", "stop")}, **res}
     print(json.dumps(res, indent=1))
 
 

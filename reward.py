@@ -92,12 +92,14 @@ class Verdict:
 # 1. Extraction: where the final answer is
 # ================================================================================================
 def final_text(completion: str, mode: str = "math") -> str:
-    """The part of the completion a grader reads: after the last </think>; nothing if a <think> never closes."""
+    """The part of the completion a grader reads: after the last </think>; nothing if a <think> never closes; inside
+    the last <answer>...</answer> when there is one (DeepSeek-R1-Zero's format, data.py's --template r1-zero)."""
     if "</think>" in completion:
-        return completion.rsplit("</think>", 1)[1]
-    if mode == "math" and "<think>" in completion:
+        completion = completion.rsplit("</think>", 1)[1]
+    elif mode == "math" and "<think>" in completion:
         return ""
-    return completion
+    tagged = re.findall(r"<answer>(.*?)</answer>", completion, re.S)
+    return tagged[-1] if tagged else completion
 
 
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")

@@ -134,6 +134,13 @@ class Config:
     temperature: float = opt(1.0, "sampling temperature (all five papers use 1.0 for training)")
     top_p: float = opt(1.0, "nucleus sampling top-p for training rollouts")
     max_new_tokens: int = opt(64, "maximum response length in tokens (responses hitting it are 'truncated')")
+    template: str = opt("auto", "prompt template (data.TEMPLATES): auto (the tokenizer's chat template if it has one, else plain; "
+                                "with --reward math-dapo, dapo), chat, plain, qwen-math (Qwen2.5-Math's system prompt), "
+                                "r1-zero (DeepSeek-R1-Zero's), dapo (DAPO's 'Answer:' line)")
+    system_prompt: str = opt("", "system prompt for the chat templates (a first paragraph for the plain ones)")
+    stop: str = opt("", "stop strings, '||'-separated, backslash escapes read (e.g. '</answer>||\\nUser:'): a response ends "
+                        "right after the token that completes one, the string kept. Stop tokens need no flag: the "
+                        "tokenizer's EOS, the model's generation_config EOS list and the chat template's end of turn")
     # --- reward ---
     correct_reward: float = opt(1.0, "reward of a correct answer")
     wrong_reward: float = opt(0.0, "reward of a wrong answer (-1 for DAPO / Compass-Thinker, 0 for Ring-lite / Skywork / MiMo)")
@@ -220,9 +227,19 @@ class Config:
                                "'math-strict' (last \\boxed{} only: Skywork-OR1's format rule), 'math-dapo' (DAPO's 'Answer:' line "
                                "and prompt), or code modes 'code' (all tests pass), 'code-strict', 'code-soft' (MiMo); see reward.py")
 
+    @property
+    def stops(self) -> tuple[str, ...]:
+        """--stop as strings: split on '||', backslash escapes ('\\n') read."""
+        import codecs
+
+        return tuple(codecs.decode(x, "unicode_escape") for x in self.stop.split("||") if x) if self.stop else ()
+
     def validate(self):
         def bad(flag, msg):
             raise SystemExit(f"error: --{flag}: {msg}")
+
+        if self.template not in data.TEMPLATES:
+            bad("template", f"{self.template!r} is not one of {', '.join(data.TEMPLATES)}")
 
         if self.group_size < 2:
             bad("group-size", f"must be >= 2 (a group-relative baseline needs at least two samples), got {self.group_size}")
@@ -383,13 +400,8 @@ def parse_stages(cfg) -> list[Stage]:
     return out
 
 
-class ArgParser(argparse.ArgumentParser):
-    def error(self, message):  # one `error:` line (data.cli prints it, exit code 2) instead of usage + message
-        raise SystemExit(f"error: {message} (python train.py --help lists the options)")
-
-
 def parse_config(argv=None) -> Config:
-    ap = ArgParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = data.ArgParser(prog="train.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in dataclasses.fields(Config):
         flag = "--" + f.name.replace("_", "-")
         if f.type in ("bool", bool):
@@ -559,6 +571,14 @@ def make_accelerator(cfg):
     return acc
 
 
+def check_context(model, max_new_tokens: int) -> None:
+    """One `error:` line when responses alone could outgrow the model's context (max_position_embeddings)."""
+    ctx = getattr(model.config.get_text_config(decoder=True), "max_position_embeddings", None)
+    if ctx is not None and max_new_tokens >= ctx:
+        raise SystemExit(f"error: --max-new-tokens {max_new_tokens}: the model's context is {ctx} tokens "
+                         "(max_position_embeddings), prompt included")
+
+
 def is_sharded(accelerator) -> bool:
     from accelerate.utils import DistributedType
 
@@ -711,6 +731,10 @@ class Run:
         self.train_set, self.sampler, self.reward_fn, self.kind = task.train_set, task.sampler, task.reward_fn, task.kind
         return self.stage
 
+    def prompt(self, question: str) -> str:
+        """The prompt text of a training question: --template (and --system-prompt) for the current task's kind."""
+        return data.build_prompt(self.tok, question, self.kind, self.cfg.template, self.cfg.system_prompt)
+
 
 @dataclass
 class Task:
@@ -806,6 +830,9 @@ def setup(cfg: Config) -> Run:
         model_path = cfg.model or tiny.get_tiny_model(recipe, verbose=accelerator.is_main_process)
     model, tok = (lora.load(cfg, model_path, dtype, resume_from) if cfg.lora_rank else  # base + adapter (resumed)
                   load_model(resume_from or model_path, dtype, flag="--resume" if resume_from else "--model"))
+    for kind in {st.kind for st in stages}:
+        data.check_template(tok, cfg.template, kind)
+    check_context(model, max(st.max_new_tokens for st in stages))
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     # Seeded after the model exists: building the tiny model (its SFT) must not shift the sampling streams, so a
@@ -942,7 +969,7 @@ class Collector:
         run = self.run
         idx = self.take_prompts(step, n_global)
         exs = [run.train_set[i] for i in idx]
-        prompts = [data.build_prompt(run.tok, ex.prompt, run.kind) for ex in exs]
+        prompts = [run.prompt(ex.prompt) for ex in exs]
         comps = [c for g in run.engine.generate(prompts, G, sp) for c in g]  # (N,) prompt-major
         rewards, correct, rm = run.reward_fn([c.text for c in comps], [ex.answer for ex in exs for _ in range(G)])
         self.observed.extend(zip(idx, torch.tensor(correct, dtype=torch.float).view(-1, G).mean(1).tolist()))
@@ -989,7 +1016,7 @@ class Collector:
 
         def nxt(k):  # k prompts for this process: positions rank, rank + world, ... of the global draw
             drawn[0] += k
-            return [(i, run.train_set[i], data.build_prompt(run.tok, run.train_set[i].prompt, run.kind), run.train_set[i].answer)
+            return [(i, run.train_set[i], run.prompt(run.train_set[i].prompt), run.train_set[i].answer)
                     for i in self.take_prompts(step, k * world, strided=True)]
 
         batch = Round.from_groups(sr.collect(nxt, n_local, sp), G)
@@ -1316,7 +1343,7 @@ def run_eval(run: Run, step: int, sampled: bool = False) -> dict | None:
             torch.manual_seed(cfg.seed + 7919)  # the same sampled evaluation before and after, whatever came between
             res = evaluate(run.engine, run.tok, task.eval_set, task.reward_fn, samples=k, ks=(1, k) if k else (1,),
                            temperature=cfg.eval_temperature, top_p=cfg.eval_top_p, max_new_tokens=task.max_new_tokens,
-                           n_show=8, kind=task.kind)
+                           n_show=8, kind=task.kind, template=cfg.template, system=cfg.system_prompt, stop=cfg.stops)
         prefix = "eval/" if len(run.tasks) == 1 else f"eval/{task.name}/"
         shown += [{"step": step, **({"task": task.name} if len(run.tasks) > 1 else {}), **s} for s in res.pop("samples")]
         row.update({prefix + key: v for key, v in res.items()})
@@ -1386,7 +1413,7 @@ def main(argv=None):
         n_prompts = stage.batch_size if stage else cfg.batch_size // cfg.group_size
         if n_prompts % world:
             raise SystemExit(f"error: {n_prompts} prompts per step do not split over {world} processes")
-        sp = SamplingParams(cfg.temperature, cfg.top_p, stage.max_new_tokens if stage else length)
+        sp = SamplingParams(cfg.temperature, cfg.top_p, stage.max_new_tokens if stage else length, cfg.stops)
 
         # 1-3. sample prompts, generate G completions each, score them (dynamic sampling: until the batch is full)
         batch, timeouts, n_gen, extra = collector.collect(step, n_prompts, G, sp)

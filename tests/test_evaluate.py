@@ -3,6 +3,7 @@
 Run:  python -m pytest tests/test_evaluate.py -q        (about 2 s on CPU)
 """
 import itertools
+import json
 import math
 import os
 import sys
@@ -134,3 +135,21 @@ def test_greedy_only():
     assert len(engine.calls) == 1
     assert res["accuracy"] == 0.5 and res["samples"] == []
     assert not any(k.startswith(("avg@", "pass@")) for k in res)
+
+
+def test_defaults_reproduce_the_runs_final_evaluation(tiny_model_path, tmp_path, capsys):
+    """evaluate.py with its defaults on a run's final checkpoint prints the numbers the run printed: the same 400
+    problems, greedy accuracy and the sampled avg@4 / pass@4 (train.py's evaluation seed), the fast engine."""
+    import train
+
+    out = tmp_path / "run"
+    train.main(["--model", tiny_model_path, "--output-dir", str(out), "--max-steps", "2", "--batch-size", "32",
+                "--group-size", "4", "--mini-batch-size", "32", "--micro-batch-size", "8", "--reward-workers", "0",
+                "--eval-every", "0"])
+    summary = json.load(open(out / "summary.json"))
+    capsys.readouterr()
+    evaluate.main(["--model", str(out / "checkpoint-2")])
+    got = json.loads(capsys.readouterr().out)
+    assert got["problems"] == summary["eval_problems"] == 400 and got["rollout"] == "fast"
+    assert got["accuracy"] == summary["accuracy_after"]
+    assert got["avg@4"] == summary["avg@4_after"] and got["pass@4"] == summary["pass@4_after"]
