@@ -229,7 +229,7 @@ def _read_progress(path: str, examples, header: dict) -> dict[int, Graded] | Non
 def grade(examples: list[data.Example], engine, tokenizer, reward_fn, samples: int, *,
           params: SamplingParams | None = None, batch_prompts: int = 64, seed: int = 0,
           progress_path: str | None = None, settings: dict | None = None, progress: bool = True,
-          kind: str = "math") -> list[Graded]:
+          kind: str = "math", template: str = "auto", system: str = "") -> list[Graded]:
     """Grade every example with `samples` completions from `engine`, scored by `reward_fn` -> (rewards, correct, m).
 
     Batch b holds examples [b * batch_prompts, (b + 1) * batch_prompts); the RNGs are seeded from (seed, b) before
@@ -269,7 +269,7 @@ def grade(examples: list[data.Example], engine, tokenizer, reward_fn, samples: i
             if all(i in done for i in idx):
                 continue
             exs = [examples[i] for i in idx]
-            prompts = [data.build_prompt(tokenizer, ex.prompt, kind) for ex in exs]
+            prompts = [data.build_prompt(tokenizer, ex.prompt, kind, template, system) for ex in exs]
             with torch.random.fork_rng():  # the caller's RNG streams are left as they were
                 torch.manual_seed(batch_seed(seed, b))
                 state = random.getstate()
@@ -435,7 +435,11 @@ def build_parser():
     g.add_argument("--filter", default=None, choices=list(RULES), help="write only the problems this rule keeps")
     g.add_argument("--relevel", action="store_true", help="with --filter: recompute levels among the kept problems")
     g.add_argument("--seed", type=int, default=0, help="sampling seed (and the built-in task's seed) (default: 0)")
-    g.add_argument("--rollout", default="hf", choices=["hf", "vllm"], help="generation engine (default: hf)")
+    g.add_argument("--rollout", default="hf", choices=["hf", "fast", "vllm"], help="generation engine (default: hf)")
+    g.add_argument("--template", default="auto", choices=list(data.TEMPLATES), help="prompt template, as train.py "
+                   "--template (default: auto)")
+    g.add_argument("--system-prompt", default="", help="system prompt for the chat templates")
+    g.add_argument("--stop", default="", help="stop strings, '||'-separated, as train.py --stop")
     g.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus top-p (default: 1.0)")
     g.add_argument("--max-new-tokens", type=int, default=None, help="response length cap (default: 64; code: 96)")
@@ -527,6 +531,7 @@ def cmd_grade(a, engine=None, tokenizer=None) -> list[dict]:
         dtype = {"auto": torch.bfloat16 if torch.cuda.is_available() else torch.float32, "float32": torch.float32,
                  "bfloat16": torch.bfloat16}[a.dtype]
         model, tokenizer, engine_path = lora.load_any(model_name, dtype)  # a LoRA checkpoint: merged onto its base
+        data.check_template(tokenizer, a.template, kind)
         model = model.to("cuda" if torch.cuda.is_available() else "cpu").eval().requires_grad_(False)
         engine = rollout.make_engine(a.rollout, model, tokenizer, model_path=engine_path, seed=a.seed,
                                      max_model_len=512 if not a.model else None)
@@ -539,11 +544,17 @@ def cmd_grade(a, engine=None, tokenizer=None) -> list[dict]:
 
         reward_fn = MathReward(1.0, 0.0, a.reward_timeout, a.reward_workers if engine_built else 0)
     progress_path = a.out + ".partial.jsonl"
-    params = SamplingParams(a.temperature, a.top_p, a.max_new_tokens)
+    import codecs
+
+    params = SamplingParams(a.temperature, a.top_p, a.max_new_tokens,
+                            tuple(codecs.decode(x, "unicode_escape") for x in a.stop.split("||") if x))
     settings = {"data": a.data, "reward": kind, "model": model_name or "(injected engine)", "rollout": a.rollout, "n": a.n}
+    if a.template != "auto" or a.system_prompt or a.stop:  # (absent otherwise: earlier progress files still resume)
+        settings.update(template=a.template, system_prompt=a.system_prompt, stop=a.stop)
     try:
         res = grade(exs, engine, tokenizer, reward_fn, a.samples, params=params, batch_prompts=a.batch_prompts,
-                    seed=a.seed, progress_path=progress_path, settings=settings, progress=not a.quiet, kind=kind)
+                    seed=a.seed, progress_path=progress_path, settings=settings, progress=not a.quiet, kind=kind,
+                    template=a.template, system=a.system_prompt)
     finally:
         reward_fn.close()
     prs = [g.pass_rate for g in res]
