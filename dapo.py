@@ -172,6 +172,11 @@ def filter_groups(correct, group_size: int) -> torch.Tensor:
     return (c != c[:, :1]).any(dim=1) | (group_size == 1)  # (B,)
 
 
+
+class DynamicSamplingExhausted(RuntimeError):
+    """--max-gen-rounds rounds without enough mixed groups: the data is too easy or too hard for the model (verl's
+    DAPO recipe stops the same way, "Generated too many. Please check if your data are too difficult")."""
+
 class DynamicSampler:
     """Refill bookkeeping for dynamic sampling: generate, filter, and repeat until `target_groups` groups are kept.
 
@@ -206,10 +211,10 @@ class DynamicSampler:
         self.generated += len(groups)
         self.kept.extend(g for g, k in zip(groups, keep.tolist()) if k)
         if not self.full and 0 < self.max_gen_rounds <= self.rounds:
-            raise RuntimeError(
+            raise DynamicSamplingExhausted(
                 f"dynamic sampling: only {len(self.kept)}/{self.target_groups} groups with mixed correctness after "
                 f"{self.rounds} generation rounds; the data is too easy or too hard for this model "
-                f"(raise --max-gen-rounds or filter the data)")
+                f"(filter it with grade.py, or raise --max-gen-rounds)")
         return self.full
 
     def take(self) -> list:

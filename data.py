@@ -317,6 +317,9 @@ def row_to_example(row: dict, schema: str | None = None) -> Example:
                 raise ValueError("field 'solution' has no \\boxed{...} and there is no 'answer' field")
     elif schema == "dapo":
         q = _chat_content(row.get("prompt"))
+        pre, post = DAPO_TEMPLATE.split("{question}")
+        if isinstance(q, str) and q.startswith(pre) and q.endswith(post):  # DAPO-Math-17k stores the question inside
+            q = q[len(pre):-len(post)]  # DAPO's template: the bare question, so that --template builds it once
         rm = row.get("reward_model")
         a = rm.get("ground_truth") if isinstance(rm, dict) else None
         if a in (None, ""):
@@ -407,6 +410,11 @@ def load_file(path: str, schema: str | None = None) -> list[Example]:
 
 
 def load_hub(name: str, split: str, schema: str | None = None) -> list[Example]:
+    from rollout import hub_reachable
+
+    online = hub_reachable()
+    if not online:  # the datasets cache only; the offline switch is read when datasets is imported
+        os.environ["HF_HUB_OFFLINE"] = "1"
     try:
         import datasets
     except ImportError:
@@ -414,7 +422,14 @@ def load_hub(name: str, split: str, schema: str | None = None) -> list[Example]:
     cfg = None
     if ":" in name:  # "openai/gsm8k:main"
         name, cfg = name.split(":", 1)
-    ds = datasets.load_dataset(name, cfg, split=split)
+    try:
+        ds = datasets.load_dataset(name, cfg, split=split)
+    except Exception as e:  # datasets raises many types (ConnectionError, DatasetNotFoundError, ValueError, ...)
+        if not online:
+            raise DataError(f"{name}: not a local file, not in the datasets cache, and the hub cannot be reached from "
+                            "this machine (no network): prepare the data where there is network "
+                            "(examples/prepare_data.py) and pass the .jsonl file") from None
+        raise DataError(f"{name}[{split}]: cannot load it as a hub dataset: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     out = []
     for i, row in enumerate(ds, 1):
         try:

@@ -83,7 +83,8 @@ def main(argv=None):
     ap.add_argument("--split", default="test", help="split for hub datasets")
     ap.add_argument("--n-problems", type=int, default=400, help="number of problems (0 = all); train.py --eval-problems")
     ap.add_argument("--samples", type=int, default=4, help="samples per problem for avg@n / pass@k (0 = greedy only)")
-    ap.add_argument("--k", default="1,4", help="comma-separated k values for pass@k (each <= --samples)")
+    ap.add_argument("--k", default="", help="comma-separated k values for pass@k, each <= --samples (default: 1 and "
+                                            "--samples, train.py's)")
     ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of avg@n / pass@k")
     ap.add_argument("--top-p", type=float, default=1.0, help="top-p of avg@n / pass@k")
     ap.add_argument("--max-new-tokens", type=int, default=64, help="maximum response length")
@@ -93,6 +94,7 @@ def main(argv=None):
     ap.add_argument("--template", default="auto", choices=tuple(data.TEMPLATES), help="prompt template (train.py --template)")
     ap.add_argument("--system-prompt", default="", help="system prompt for the chat templates")
     ap.add_argument("--stop", default="", help="stop strings, '||'-separated (train.py --stop)")
+    ap.add_argument("--out", default="", help="also write the JSON to this file")
     a = ap.parse_args(argv)
     import codecs
 
@@ -102,7 +104,7 @@ def main(argv=None):
     import rollout
     import tiny
 
-    ks = [int(k) for k in a.k.split(",")]
+    ks = [int(k) for k in a.k.split(",")] if a.k else sorted({1, max(a.samples, 1)})
     if any(k > max(a.samples, 1) for k in ks):
         raise SystemExit(f"error: --k {a.k}: pass@k needs k <= --samples ({a.samples})")
     examples = data.load_dataset(a.data, split=a.split, n=a.n_problems or None, seed=a.seed)  # bad data: before the model
@@ -120,6 +122,9 @@ def main(argv=None):
     res = {"model": a.model or path, "data": a.data, "problems": len(examples), **{k: v for k, v in vars(a).items() if k in (
         "samples", "temperature", "top_p", "max_new_tokens", "seed", "rollout", "reward", "template", "stop")}, **res}
     print(json.dumps(res, indent=1))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
 
 
 if __name__ == "__main__":  # the guard vLLM's in-process engine needs

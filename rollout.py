@@ -570,15 +570,51 @@ def load_model(path: str, dtype, flag: str = "--model"):
         if not names & set(TOKENIZER_FILES):
             raise SystemExit(f"error: {flag} {path!r}: no tokenizer in the directory (expected one of "
                              f"{', '.join(TOKENIZER_FILES)}; save the tokenizer beside the model)")
+    src = local if looks_local else path
     try:
-        tok = AutoTokenizer.from_pretrained(local if looks_local else path)
-        model = AutoModelForCausalLM.from_pretrained(local if looks_local else path, dtype=dtype)
+        if not looks_local:  # a hub name: the local cache first, the network only when it is there
+            try:
+                tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+                model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+                return _with_pad(model, tok)
+            except OSError:
+                offline_check(path, flag)
+        tok = AutoTokenizer.from_pretrained(src)
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype)
     except (OSError, ValueError) as e:
         where = "model directory" if looks_local else "local directory or reachable hub model"
         raise SystemExit(f"error: {flag} {path!r}: cannot load a model from it (not a {where}): {str(e).splitlines()[0]}")
-    if tok.pad_token_id is None:
+    return _with_pad(model, tok)
+
+
+def _with_pad(model, tok):
+    if tok.pad_token_id is None:  # Llama-3: no pad token
         tok.pad_token = tok.eos_token
     return model, tok
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub answers a TCP connection (HF_HUB_OFFLINE=1 says no without asking). One quick
+    check instead of transformers' ~50 s of retries on a machine with no network."""
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def offline_check(name: str, flag: str) -> None:
+    """One error line when a hub name is not in the local cache and the hub cannot be reached."""
+    if not hub_reachable():
+        raise SystemExit(f"error: {flag} {name!r}: not a local directory, not in the Hugging Face cache, and the hub "
+                         "cannot be reached from this machine (no network): download it where there is network "
+                         f"(hf download {name} --local-dir DIR) and pass DIR")
 
 
 def make_engine(name: str, model, tokenizer, **kw) -> Engine:

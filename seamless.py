@@ -62,6 +62,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from dapo import DynamicSamplingExhausted
+
 
 FILTER_METRICS = ("acc", "score")
 
@@ -337,7 +339,7 @@ class SeamlessRollout:
                 continue
             if not jobs:  # nothing in flight and no room left
                 valid = sum(g.valid for g in launched)
-                raise RuntimeError(
+                raise DynamicSamplingExhausted(
                     f"seamless rollout: only {valid}/{target} groups with mixed correctness after {len(launched)} groups "
                     f"in {waves} waves (cap {max_groups}); the data is too easy or too hard for this model")
             ts = clock()

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+import dapo
 import data
 import grpo
 import lora
@@ -52,7 +53,7 @@ def opt(default, help):
     return field(default=default, metadata={"help": help})
 
 
-# Each paper's choices (../shared/reference/algorithms.md Sec. 7), lengths and batch sizes scaled to the built-in task
+# Each paper's choices (the papers' sections named per line), lengths and batch sizes scaled to the built-in task
 # (responses of 10-50 tokens, 32 prompts x 8 = 256 responses per step; the papers generate 4K-32K tokens for 512 x 16).
 # Anything not listed keeps the Config default (GRPO): reward 1/0, eps 0.2/0.2, one update per rollout (mu = 1),
 # --filter-metric auto (correctness; the partial scores under code-strict / code-soft), greedy + avg@4 evaluation.
@@ -62,6 +63,9 @@ def opt(default, help):
 # still learns and clip-higher acts (clip fractions > 0 on every step; README "Recipes").
 MU16 = dict(mini_batch_size=16)
 RECIPES = {
+    # Prompt templates (--template): only DAPO names one (its README: the 'Answer:' line, read by --reward math-dapo;
+    # --template dapo --reward math-dapo). The other papers do not print theirs [unspecified]: their recipes keep
+    # 'auto' (the tokenizer's chat template, else plain) and the \boxed{} reward, so that the recipes compare.
     "grpo": {},  # DeepSeekMath GRPO without KL (add --kl-coef 0.04 for the original)
     "dapo": dict(  # DAPO Sec. 3, Alg. 1 and verl's recipe/dapo scripts
         wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, overlong_buffer=16,
@@ -1416,7 +1420,10 @@ def main(argv=None):
         sp = SamplingParams(cfg.temperature, cfg.top_p, stage.max_new_tokens if stage else length, cfg.stops)
 
         # 1-3. sample prompts, generate G completions each, score them (dynamic sampling: until the batch is full)
-        batch, timeouts, n_gen, extra = collector.collect(step, n_prompts, G, sp)
+        try:
+            batch, timeouts, n_gen, extra = collector.collect(step, n_prompts, G, sp)
+        except dapo.DynamicSamplingExhausted as e:  # the data is too easy or too hard for the model: one line
+            raise SystemExit(f"error: step {step + 1}: {e}") from None
         t_gen = time.time() - t0
         collector.feed_sampler(step, extra)  # every group's pass rate -> MiMo's easy pool / the online filter
 

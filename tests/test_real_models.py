@@ -171,3 +171,21 @@ def test_vllm_follows_the_same_rule(standin):
     for c in sample(engine, prompts, n=8, stop=(word,)):
         k = rollout.stop_string_end(tok, c.token_ids, (word,))
         assert k is None or k == c.length  # nothing after the token that completes the string
+
+
+def test_reward_is_read_from_the_responses_own_turn(standin):
+    """A Qwen2.5-base response that answers, ends its turn with <|im_end|> and (as base models do) goes on to invent
+    a next turn with another answer: the stop rule ends it at <|im_end|>, so the reward reads the first answer. With
+    the tokenizer's EOS as the only stop (the rule before), the text ran on and the reward read the invented one."""
+    from reward import MathReward
+
+    _, model, tok = standin("qwen2.5-base")
+    enc = lambda t: tok(t, add_special_tokens=False)["input_ids"]  # noqa: E731
+    ids = enc("so the answer is \\boxed{5}.") + enc("<|im_end|>") + enc("\n<|im_start|>user\nAnd 3+4?<|im_end|>\n"
+                                                                       "<|im_start|>assistant\n\\boxed{7}")
+    reward = MathReward(mode="math", workers=0)
+    c = rollout.finish(tok, ids, rollout.stop_token_ids(tok, model.generation_config))
+    assert not c.truncated and c.token_ids[-1] == tok.convert_tokens_to_ids("<|im_end|>") and "7" not in c.text
+    assert reward([c.text, c.text], ["5", "7"])[1] == [True, False]
+    old = rollout.finish(tok, ids, [tok.eos_token_id])
+    assert old.truncated and reward([old.text], ["5"])[1] == [False]
