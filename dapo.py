@@ -85,7 +85,7 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 def clipped_surrogate(logp, old_logp, advantages, clip_low: float = 0.2, clip_high: float = 0.2):
     """Per-token PPO-clip loss -min(r A, clip(r, 1-eps_low, 1+eps_high) A) and where each clip bound is active.
 
-    advantages (N,) broadcast over T. DAPO raises only eps_high (see policy_loss): raising eps_low too would let
+    advantages (N,) broadcast over T. DAPO change 1: DAPO raises only eps_high (see policy_loss): raising eps_low too would let
     low-probability tokens be pushed to 0 (Sec. 3.1).
     Returns loss (N, T), clipped_low (N, T) bool, clipped_high (N, T) bool.
     """
@@ -130,12 +130,12 @@ def policy_loss(
     # trainer counts over all micro-batches and processes (see the module docstring)
     loss_agg="token-mean", num_seqs=None, num_tokens=None, token_weights=None,
 ):
-    """DAPO loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
+    """The loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
 
     Shapes: logp, old_logp, ref_logp, mask (N, T); advantages (N,). Returns (loss, metrics dict of floats).
     token_weights (N, T), detached, multiply the clipped surrogate per token (not the KL term): truncated
     importance sampling between the rollout engine and the trainer (rollout.tis_weights); None = all ones.
-    For overlong filtering pass mask = overlong_mask(mask, truncated).
+    DAPO change 5: for overlong filtering pass mask = overlong_mask(mask, truncated).
     """
     loss_tok, clipped_low, clipped_high = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
     if token_weights is not None:
@@ -172,10 +172,10 @@ def filter_groups(correct, group_size: int) -> torch.Tensor:
     return (c != c[:, :1]).any(dim=1) | (group_size == 1)  # (B,)
 
 
-
 class DynamicSamplingExhausted(RuntimeError):
     """--max-gen-rounds rounds without enough mixed groups: the data is too easy or too hard for the model (verl's
     DAPO recipe stops the same way, "Generated too many. Please check if your data are too difficult")."""
+
 
 class DynamicSampler:
     """Refill bookkeeping for dynamic sampling: generate, filter, and repeat until `target_groups` groups are kept.

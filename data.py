@@ -409,9 +409,23 @@ def load_file(path: str, schema: str | None = None) -> list[Example]:
     return out
 
 
-def load_hub(name: str, split: str, schema: str | None = None) -> list[Example]:
-    from rollout import hub_reachable
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub answers a TCP connection (HF_HUB_OFFLINE=1 says no without asking). One quick
+    check instead of transformers' ~50 s of retries on a machine with no network."""
+    import socket
+    from urllib.parse import urlparse
 
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def load_hub(name: str, split: str, schema: str | None = None) -> list[Example]:
     online = hub_reachable()
     if not online:  # the datasets cache only; the offline switch is read when datasets is imported
         os.environ["HF_HUB_OFFLINE"] = "1"

@@ -80,103 +80,6 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
     return logp, ent
 
 
-class _ChunkedHead(torch.autograd.Function):
-    """logp and entropy of `tokens` under softmax((hidden @ weight.T + bias) / T), a chunk of rows at a time.
-
-    Forward keeps only (M,) results; backward recomputes each chunk's logits. Gradients, per row, with z the
-    tempered logits, p = softmax(z), y the token:  d logp / dz = onehot(y) - p,  d H / dz = -p * (z - E_p[z]).
-    """
-
-    @staticmethod
-    def forward(ctx, hidden, weight, bias, tokens, temperature, with_entropy, chunk):
-        ctx.save_for_backward(hidden, weight, bias, tokens)
-        ctx.temperature, ctx.chunk = temperature, chunk
-        dev = hidden.device.type  # under autocast (bf16 mixed precision) the backward recomputes as the forward did
-        ctx.autocast = (dev, torch.get_autocast_dtype(dev), torch.is_autocast_enabled(dev))
-        ctx.set_materialize_grads(False)  # an output the loss does not use (the logged entropy) gets None: no work
-        acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32 for bf16/fp16, fp64 stays fp64
-        logp = torch.empty(hidden.shape[0], dtype=acc, device=hidden.device)
-        ent = torch.empty_like(logp) if with_entropy else logp.new_empty(0)
-        for s in range(0, hidden.shape[0], chunk):
-            z = _chunk_logits(hidden[s : s + chunk], weight, bias, temperature, acc)  # (c, V)
-            logz = torch.logsumexp(z, dim=-1)  # (c,)
-            logp[s : s + chunk] = z.gather(-1, tokens[s : s + chunk, None]).squeeze(-1) - logz
-            if with_entropy:  # H = logZ - E_p[z]: one more pass over the chunk
-                ent[s : s + chunk] = logz - (torch.softmax(z, dim=-1) * z).sum(-1)
-        if not with_entropy:
-            ctx.mark_non_differentiable(ent)
-        return logp, ent
-
-    @staticmethod
-    def backward(ctx, g_logp, g_ent):
-        dev, dtype, enabled = ctx.autocast
-        with torch.autocast(dev, dtype=dtype, enabled=enabled):
-            return _ChunkedHead._backward(ctx, g_logp, g_ent)
-
-    @staticmethod
-    def _backward(ctx, g_logp, g_ent):
-        hidden, weight, bias, tokens = ctx.saved_tensors
-        T, chunk = ctx.temperature, ctx.chunk
-        acc = torch.promote_types(hidden.dtype, torch.float32)
-        need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        g_h = torch.empty_like(hidden) if need_h else None
-        g_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None  # summed over chunks
-        g_b = torch.zeros(weight.shape[0], dtype=acc, device=weight.device) if need_b and bias is not None else None
-        if g_ent is not None and g_ent.numel() == 0:
-            g_ent = None
-        if g_logp is None:
-            g_logp = torch.zeros(hidden.shape[0], dtype=acc, device=hidden.device)
-        for s in range(0, hidden.shape[0], chunk):
-            h = hidden[s : s + chunk]
-            z, z_dtype = _chunk_logits(h, weight, bias, T, acc, with_dtype=True)  # (c, V), recomputed
-            p = torch.softmax(z, dim=-1)
-            gl = g_logp[s : s + chunk, None].to(acc)  # (c, 1)
-            if g_ent is not None:  # grad = -g_H p (z - E_p z) - g_logp p, built in place in z
-                ge = g_ent[s : s + chunk, None].to(acc)
-                grad = z.sub_((p * z).sum(-1, keepdim=True)).mul_(p).mul_(-ge).sub_(p.mul_(gl))
-            else:
-                grad = p.mul_(-gl)
-            grad.scatter_add_(-1, tokens[s : s + chunk, None], gl)  # + g_logp at the sampled token
-            grad = grad.div_(T).to(z_dtype)  # d/d(unscaled logits), in the matmul's dtype (as autograd would)
-            if need_h:
-                g_h[s : s + chunk] = grad @ weight
-            if need_w:
-                g_w += (grad.T @ h).to(acc)
-            if g_b is not None:
-                g_b += grad.sum(0).to(acc)
-        g_w = g_w.to(weight.dtype) if g_w is not None else None
-        g_b = g_b.to(bias.dtype) if g_b is not None else None
-        return g_h, g_w, g_b, None, None, None, None
-
-
-def _chunk_logits(h, weight, bias, temperature, acc, with_dtype=False):
-    z = h @ weight.T if bias is None else torch.addmm(bias, h, weight.T)  # (c, V): model's dtype, or autocast's
-    out = z.to(acc).div_(temperature)
-    return (out, z.dtype) if with_dtype else out
-
-
-def chunked_token_logprobs(hidden, weight, tokens, bias=None, temperature: float = 1.0, with_entropy: bool = False,
-                           chunk_size: int = 256):
-    """`token_logprobs` of the LM head's logits, without ever holding more than `chunk_size` rows of them.
-
-    hidden (..., H) are the final hidden states that predict tokens (...); weight (V, H) and bias (V,) are the LM
-    head's. Returns logp (...) and entropy (...) or None, equal to token_logprobs(hidden @ weight.T + bias, ...).
-    Memory: the (..., V) logits, their fp32 copy and softmax (what autograd keeps for the backward of the
-    full-logits path) never exist; the forward keeps hidden and the (...,) results, the backward recomputes one
-    (chunk_size, V) block at a time (a second LM-head matmul per chunk: ~1/3 more LM-head FLOPs). Choices:
-      * logits are computed in the model's dtype (bf16 on GPU) and upcast to fp32 for the softmax, as the full path
-        does; the LM-head weight gradient is summed over chunks in fp32 and cast once at the end.
-      * the entropy costs one more softmax pass per chunk in the forward, and a few more elementwise ops in the
-        backward only when its gradient is used (an entropy bonus); logging it alone adds no backward work.
-      * rows are whatever the caller passes: callers drop prompt and padding positions before calling.
-    (TRL's chunked log-softmax, verl's fused kernels and Liger's fused linear cross-entropy do the same.)
-    """
-    shape = tokens.shape
-    h = hidden.reshape(-1, hidden.shape[-1])
-    logp, ent = _ChunkedHead.apply(h, weight, bias, tokens.reshape(-1), float(temperature), with_entropy, int(chunk_size))
-    return logp.view(shape), (ent.view(shape) if with_entropy else None)
-
-
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """k3 estimator of KL(pi_theta || pi_ref) per token: exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman, 2020)."""
     d = ref_logp - logp  # (N, T)
@@ -226,7 +129,7 @@ def policy_loss(
     logp, old_logp, advantages, mask, ref_logp=None, *, clip_low=0.2, clip_high=0.2, kl_coef=0.0,
     loss_agg="seq-mean-token-mean", num_seqs=None, num_tokens=None, token_weights=None,
 ):
-    """GRPO loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
+    """The loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
 
     Shapes: logp, old_logp, ref_logp, mask (N, T); advantages (N,). Returns (loss, metrics dict of floats).
     token_weights (N, T), detached, multiply the clipped surrogate per token (not the KL term): truncated

@@ -593,24 +593,10 @@ def _with_pad(model, tok):
     return model, tok
 
 
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hugging Face hub answers a TCP connection (HF_HUB_OFFLINE=1 says no without asking). One quick
-    check instead of transformers' ~50 s of retries on a machine with no network."""
-    import socket
-    from urllib.parse import urlparse
-
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
-        return False
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    try:
-        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
-
-
 def offline_check(name: str, flag: str) -> None:
     """One error line when a hub name is not in the local cache and the hub cannot be reached."""
+    from data import hub_reachable
+
     if not hub_reachable():
         raise SystemExit(f"error: {flag} {name!r}: not a local directory, not in the Hugging Face cache, and the hub "
                          "cannot be reached from this machine (no network): download it where there is network "

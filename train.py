@@ -35,7 +35,6 @@ import json
 import math
 import os
 import random
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -46,6 +45,9 @@ import dapo
 import data
 import grpo
 import lora
+import runs
+from logprobs import LogprobHead, response_logprobs  # noqa: F401 (train.response_logprobs: the update's log-probs)
+from runs import is_sharded, latest_checkpoint, rng_states, save_checkpoint, set_rng_states  # noqa: F401
 from rollout import SamplingParams, load_model
 
 
@@ -114,8 +116,13 @@ class Config:
     output_dir: str = opt("runs/default", "run directory (metrics, curves, samples, checkpoints, summary)")
     max_steps: int = opt(40, "number of RL steps (one step = one rollout batch)")
     seed: int = opt(0, "seed for data order, sampling and initialisation: same seed, same run")
-    save_every: int = opt(0, "checkpoint every N steps (0 = only at the end)")
-    resume: str = opt("", "checkpoint directory to resume from, or 'auto' for the latest one in --output-dir")
+    save_every: int = opt(20, "checkpoint every N steps and at the end (0 = only at the end); Ctrl-C loses the steps since the last")
+    keep_checkpoints: int = opt(2, "keep the newest N checkpoints (0 = all)")
+    overwrite: bool = opt(False, "replace the run already in --output-dir (without it, a new run there stops with an error)")
+    resume: str = opt("", "checkpoint directory to resume from, or 'auto' for the newest in --output-dir (none: start fresh). "
+                          "The checkpoint's settings are the run's: flags that would change the run are refused (runs.py)")
+    resume_override: bool = opt(False, "with --resume: apply flags that change the run anyway, one warning line each (the "
+                                       "model, data, recipe, seed and evaluation still cannot change)")
     eval_every: int = opt(20, "evaluate on held-out data every N steps (0 = only before and after)")
     eval_problems: int = opt(400, "number of held-out problems for greedy accuracy")
     eval_samples: int = opt(4, "k: sampled completions per held-out problem for avg@k and pass@k, at the first and the final "
@@ -170,7 +177,7 @@ class Config:
     dtype: str = opt("auto", "precision policy: auto (bf16-mixed on GPU, float32 on CPU); float32; bf16-mixed (fp32 weights, "
                              "gradients and AdamW states, bf16 autocast forward, fp32 log-softmax); bfloat16 (all bf16, "
                              "8 B/param: AdamW steps smaller than ~1/256 of a weight round away, e.g. at lr 1e-6)")
-    logprob_chunk: int = opt(256, "LM-head rows per chunk for the log-probs (grpo.chunked_token_logprobs): the update never holds "
+    logprob_chunk: int = opt(256, "LM-head rows per chunk for the log-probs (logprobs.chunked_token_logprobs): the update never holds "
                                   "more than chunk x vocab logits; 0 = full logits (micro-batch x (P+R) x vocab, the reference)")
     gradient_checkpointing: bool = opt(False, "recompute each decoder layer in the backward (HF gradient checkpointing, "
                                               "non-reentrant): keeps one hidden state per layer and token, ~1/3 more compute")
@@ -259,6 +266,8 @@ class Config:
             bad("train-problems", f"must be >= 0 (0 = all), got {self.train_problems}")
         if self.max_steps < 1:
             bad("max-steps", "must be >= 1")
+        if self.save_every < 0 or self.keep_checkpoints < 0:
+            bad("save-every" if self.save_every < 0 else "keep-checkpoints", "must be >= 0")
         if self.rollout not in ("fast", "hf", "vllm"):
             bad("rollout", f"{self.rollout!r} is not 'fast', 'hf' or 'vllm'")
         if self.micro_batch_tokens < 0:
@@ -419,7 +428,19 @@ def parse_config(argv=None) -> Config:
     ap.set_defaults(**RECIPES[recipe])  # a recipe changes defaults; flags given on the command line still win
     if vars(ap.parse_known_args(argv)[0])["lora_rank"]:  # LoRA: its own lr default (lora.LR_SCALE x full fine-tuning's)
         ap.set_defaults(lr=ap.get_default("lr") * lora.LR_SCALE)
-    cfg = Config(**vars(ap.parse_args(argv)))
+    ns = vars(ap.parse_args(argv))
+    cfg = Config(**ns)
+    ckpt = runs.resolve_resume(cfg.resume, cfg.output_dir) if cfg.resume else None
+    if ckpt:  # the checkpoint's settings are the run's; the flags given on the command line are checked against them
+        unset = object()
+        ap.set_defaults(**{k: unset for k in ns})
+        given = {k: v for k, v in vars(ap.parse_args(argv)).items() if v is not unset}
+        given.setdefault("output_dir", cfg.output_dir if cfg.resume == "auto" else os.path.dirname(ckpt.rstrip("/")))
+        merged = runs.resume_settings(runs.saved_config(ckpt), given, cfg.resume_override, ckpt)
+        cfg = Config(**{**dataclasses.asdict(Config()), **{k: v for k, v in merged.items() if k in ns}, "resume": ckpt})
+        runs.say(f"resuming from step {ckpt.rstrip('/').rsplit('-', 1)[-1]} of {cfg.output_dir}")
+    elif cfg.resume:  # --resume auto, nothing to resume: a fresh run, in place of what a run stopped early left there
+        cfg.resume, cfg.overwrite = "", True
     cfg.validate()
     return cfg
 
@@ -492,48 +513,6 @@ def split_micro(mb: list[int], p_ids, r_ids, max_rows: int, max_tokens: int) -> 
     return out + [cur] if cur else out or [[]]
 
 
-def response_logprobs(model, batch, temperature: float, with_entropy: bool = False, chunk_size: int = 256):
-    """Per-token log-probs (and entropy) of the response tokens (B, R): the hidden state at t-1 predicts token t.
-
-    chunk_size > 0: the model runs with its LM head swapped for `LogprobHead` (the response rows that count, in
-    chunks of chunk_size recomputed in the backward: grpo.chunked_token_logprobs), so the (B, P+R, V) logits never
-    exist; padded positions get 0. chunk_size 0: the full logits and grpo.token_logprobs (the reference).
-    The swap is seen inside the wrapper's forward (DDP, FSDP2), where the LM-head weight is the gathered one.
-    """
-    ids, attn, pos, resp, resp_mask, P = batch
-    if not chunk_size:
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits  # (N, P+R, V)
-        return grpo.token_logprobs(logits[:, P - 1 : -1], resp, temperature, with_entropy)  # (N, R)
-    base = getattr(model, "module", model)  # DDP keeps the model in .module; FSDP2 shards it in place
-    base = base.get_base_model() if hasattr(base, "get_base_model") else base  # LoRA: the transformers model in peft's
-    name = next(n for n, m in base.named_children() if m is base.get_output_embeddings())
-    head = getattr(base, name)
-    setattr(base, name, LogprobHead(head, resp, resp_mask, temperature, with_entropy, chunk_size))
-    try:
-        keep = torch.arange(P - 1, P - 1 + resp.shape[1], device=ids.device)  # the positions that predict the response
-        out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=keep, use_cache=False).logits
-    finally:
-        setattr(base, name, head)
-    return out[..., 0], (out[..., 1] if with_entropy else None)
-
-
-class LogprobHead(torch.nn.Module):
-    """Stands in for the LM head for one forward: (B, R, H) response hidden states -> (B, R, 2) [log-prob, entropy]."""
-
-    def __init__(self, head, tokens, mask, temperature, with_entropy, chunk_size):
-        super().__init__()
-        self.head, self.tokens, self.mask = head, tokens, mask.bool()
-        self.temperature, self.with_entropy, self.chunk_size = temperature, with_entropy, chunk_size
-
-    def forward(self, hidden):
-        m = self.mask
-        lp, ent = grpo.chunked_token_logprobs(hidden[m], self.head.weight, self.tokens[m], self.head.bias,
-                                              self.temperature, self.with_entropy, self.chunk_size)
-        lp = lp.new_zeros(m.shape).masked_scatter(m, lp)  # (B, R), 0 on padding
-        ent = lp.new_zeros(m.shape).masked_scatter(m, ent) if self.with_entropy else torch.zeros_like(lp)
-        return torch.stack([lp, ent], dim=-1)
-
-
 def pad_rows(rows: list, n_cols: int, device) -> torch.Tensor:
     """Per-response vectors of different lengths -> (n, n_cols) float32, zero-padded on the right."""
     out = torch.zeros(len(rows), n_cols, device=device)
@@ -551,7 +530,7 @@ def make_accelerator(cfg):
     """Accelerate with the run's precision, sharding and tracker.
 
     bf16-mixed: weights, gradients and AdamW states in fp32, the forward under bf16 autocast (Accelerate's
-    mixed_precision="bf16"); log-softmax, entropy and the loss in fp32 (grpo.chunked_token_logprobs upcasts).
+    mixed_precision="bf16"); log-softmax, entropy and the loss in fp32 (logprobs.chunked_token_logprobs upcasts).
     --fsdp: FSDP2 (`fully_shard` per decoder layer, i.e. the model's `_no_split_modules`, then the root), full state
     dicts for checkpoints. Accelerate 1.15 turns FSDP on only for accelerator devices; torch's FSDP2 also runs on CPU
     processes over gloo, so a CPU run (the tests) gets the same Accelerate code path by setting the type itself.
@@ -583,12 +562,6 @@ def check_context(model, max_new_tokens: int) -> None:
                          "(max_position_embeddings), prompt included")
 
 
-def is_sharded(accelerator) -> bool:
-    from accelerate.utils import DistributedType
-
-    return accelerator.distributed_type == DistributedType.FSDP
-
-
 def shard_reference(model):
     """FSDP2: the frozen reference sharded like the policy (`fully_shard` per decoder layer, then the root, as
     Accelerate's transformer_based_wrap does), instead of a full copy in every process. Accelerate's prepare() wants an
@@ -611,66 +584,6 @@ class GatheredWeights:
     def named_parameters(self):
         for name, p in self.model.named_parameters():
             yield name, (p.full_tensor() if hasattr(p, "full_tensor") else p)
-
-
-def save_checkpoint(path, accelerator, model, tok, optimizer, state: dict):
-    """Written to a temporary directory and renamed: a crash never leaves half a checkpoint.
-
-    Under FSDP every process takes part in gathering the full weights and the full optimizer state (torch's
-    get_optimizer_state_dict, parameter names as keys), which the main process writes: the checkpoint has the same
-    files as an unsharded run's and resumes under any process count with the same sharding mode."""
-    weights = opt_state = None
-    rng = rng_states(accelerator)  # a collective: every process's sampling streams
-    if is_sharded(accelerator):
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-        weights = accelerator.get_state_dict(model)
-        opt_state = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    if not accelerator.is_main_process:
-        return
-    tmp = path + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    unwrapped = accelerator.unwrap_model(model)
-    if weights is not None:  # a tied LM head is stored once, as in an unsharded checkpoint
-        out, inp = unwrapped.get_output_embeddings(), unwrapped.get_input_embeddings()
-        if out is not None and out.weight is inp.weight:
-            weights.pop(next(n for n, m in unwrapped.named_modules() if m is out) + ".weight", None)
-    unwrapped.save_pretrained(tmp, state_dict=weights)
-    tok.save_pretrained(tmp)
-    torch.save(
-        {"optimizer": opt_state if weights is not None else optimizer.state_dict(), "rng": rng, **state},
-        os.path.join(tmp, "trainer_state.pt"),
-    )
-    shutil.rmtree(path, ignore_errors=True)
-    os.replace(tmp, path)
-
-
-def rng_states(accelerator) -> list[dict]:
-    """The RNG states of every process (index = process rank): each samples from its own stream (seed + rank), so a
-    resumed run restores each process's own, as Accelerate's save_state does (random_states_<rank>.pkl)."""
-    mine = {"torch": torch.get_rng_state(), "py": random.getstate()}
-    if torch.cuda.is_available():
-        mine["cuda"] = torch.cuda.get_rng_state()
-    if accelerator.num_processes == 1:
-        return [mine]
-    every = [None] * accelerator.num_processes
-    torch.distributed.all_gather_object(every, mine)
-    return every
-
-
-def set_rng_states(accelerator, states: list[dict]) -> None:
-    """Back to this process's saved streams; a checkpoint from another process count gives rank r the streams of
-    process r mod its count (the run continues, not bit for bit)."""
-    mine = states[accelerator.process_index % len(states)]
-    torch.set_rng_state(mine["torch"])
-    random.setstate(mine["py"])
-    if "cuda" in mine and torch.cuda.is_available():
-        torch.cuda.set_rng_state(mine["cuda"])
-
-
-def latest_checkpoint(output_dir: str) -> str | None:
-    cks = [d for d in os.listdir(output_dir) if d.startswith("checkpoint-") and not d.endswith(".tmp")] if os.path.isdir(output_dir) else []
-    return os.path.join(output_dir, max(cks, key=lambda d: int(d.split("-")[1]))) if cks else None
 
 
 def plot_curves(rows: list[dict], evals: list[dict], path: str):
@@ -721,6 +634,7 @@ class Run:
     evals: list = field(default_factory=list)
     wall_before: float = 0.0  # wall time of the run before a resume
     last_nll: float | None = None  # the previous rollout's sampled-token NLL (Skywork's entropy estimate)
+    step: int | None = None  # the step in progress (0-based; None outside the loop): what Ctrl-C reports
     stage: Stage | None = None  # the stage of the current step (enter)
     # the current stage's task, as the loop reads it: its data, prompt order, reward and prompt template
     train_set: list = field(default_factory=list)
@@ -767,11 +681,8 @@ def load_inputs(cfg: Config):
                          data.load_dataset(st.eval, split="test" if builtin else cfg.eval_split, n=st.eval_problems,
                                            seed=cfg.seed, schema=schema)))
         st.task = keys.index(key)
-    resume_from = None
-    if cfg.resume:
-        resume_from = latest_checkpoint(cfg.output_dir) if cfg.resume == "auto" else cfg.resume
-        if resume_from and not os.path.exists(os.path.join(resume_from, "trainer_state.pt")):
-            raise SystemExit(f"error: --resume {cfg.resume!r}: not a checkpoint directory (no trainer_state.pt)")
+    resume_from = cfg.resume or None  # parse_config resolved it
+    runs.check_output_dir(cfg.output_dir, resume_from, cfg.overwrite)
     return stages, sets, resume_from
 
 
@@ -872,35 +783,60 @@ def setup(cfg: Config) -> Run:
     run = Run(cfg, accelerator, model, tok, ref_model, optimizer, engine, ent_ctrl, make_tasks(cfg, stages, sets), stages)
     run.enter(0)
     if resume_from:
-        st = torch.load(os.path.join(resume_from, "trainer_state.pt"), weights_only=False)
-        if sharded:  # every process loads the full state and keeps its shards
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-            set_optimizer_state_dict(model, optimizer, optim_state_dict=st["optimizer"],
-                                     options=StateDictOptions(full_state_dict=True))
-        else:
-            optimizer.load_state_dict(st["optimizer"])
-        set_rng_states(accelerator, st["rng"])
-        for task, state in zip(run.tasks, st["samplers"]):
-            task.sampler.load_state_dict(state)
-        if ent_ctrl is not None:
-            ent_ctrl.load_state_dict(st["entropy"])
-        run.start_step, run.history, run.evals, run.wall_before, run.last_nll = (
-            st["step"], st["history"], st["evals"], st["wall_time_s"], st["last_nll"])
-    os.makedirs(cfg.output_dir, exist_ok=True)
+        restore(run, resume_from, sharded)
     if accelerator.is_main_process:
-        with open(os.path.join(cfg.output_dir, "config.json"), "w") as f:
-            json.dump(dataclasses.asdict(cfg), f, indent=1)
-        with open(os.path.join(cfg.output_dir, "metrics.jsonl"), "w") as f:  # rewritten from the checkpoint's history
-            f.writelines(json.dumps(r) + "\n" for r in run.history)
-        with open(os.path.join(cfg.output_dir, "evals.jsonl"), "w") as f:  # and the evaluations, likewise
-            f.writelines(json.dumps(r) + "\n" for r in run.evals)
+        start_run_dir(run, model_path)
     if cfg.report_to != "none":  # TensorBoard: OUTPUT_DIR/tensorboard (config as hparams + hparams.yml); W&B: project
         accelerator.init_trackers("tensorboard" if cfg.report_to == "tensorboard" else "grpo-recipes",
                                   config=dataclasses.asdict(cfg),
                                   init_kwargs={"wandb": {"name": os.path.basename(os.path.abspath(cfg.output_dir)),
                                                          "dir": cfg.output_dir}})
     return run
+
+
+def checkpoint(run: Run, step: int, wall_time_s: float) -> None:
+    """OUTPUT_DIR/checkpoint-STEP (runs.save_checkpoint: atomic), then only the newest --keep-checkpoints kept."""
+    cfg = run.cfg
+    save_checkpoint(os.path.join(cfg.output_dir, f"checkpoint-{step}"), run.accelerator, run.model, run.tok, run.optimizer,
+                    {"step": step, "samplers": [t.sampler.state_dict() for t in run.tasks], "history": run.history,
+                     "evals": run.evals, "entropy": run.ent_ctrl.state_dict() if run.ent_ctrl else None,
+                     "last_nll": run.last_nll, "wall_time_s": wall_time_s, "config": dataclasses.asdict(cfg)})
+    if run.accelerator.is_main_process:
+        runs.prune_checkpoints(cfg.output_dir, cfg.keep_checkpoints)
+
+
+def restore(run: Run, ckpt: str, sharded: bool) -> None:
+    """The optimizer, every process's RNG streams, the prompt samplers, the entropy controller and the history of the
+    checkpoint `ckpt` (its weights were loaded with the model)."""
+    st = torch.load(os.path.join(ckpt, "trainer_state.pt"), weights_only=False)
+    if sharded:  # every process loads the full state and keeps its shards
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(run.model, run.optimizer, optim_state_dict=st["optimizer"],
+                                 options=StateDictOptions(full_state_dict=True))
+    else:
+        run.optimizer.load_state_dict(st["optimizer"])
+    set_rng_states(run.accelerator, st["rng"])
+    for task, state in zip(run.tasks, st["samplers"]):
+        task.sampler.load_state_dict(state)
+    if run.ent_ctrl is not None:
+        run.ent_ctrl.load_state_dict(st["entropy"])
+    run.start_step, run.history, run.evals, run.wall_before, run.last_nll = (
+        st["step"], st["history"], st["evals"], st["wall_time_s"], st["last_nll"])
+
+
+def start_run_dir(run: Run, model_path: str) -> None:
+    """The run directory (main process): --overwrite clears the previous run's files; config.json (the model's
+    resolved path in "model"), and metrics / evals rewritten from the checkpoint's history on resume."""
+    cfg = run.cfg
+    if cfg.overwrite and not cfg.resume:
+        runs.clear_run(cfg.output_dir)
+    os.makedirs(cfg.output_dir, exist_ok=True)
+    runs.write_run_config(os.path.join(cfg.output_dir, "config.json"), {**dataclasses.asdict(cfg), "model": model_path})
+    with open(os.path.join(cfg.output_dir, "metrics.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in run.history)
+    with open(os.path.join(cfg.output_dir, "evals.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in run.evals)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1396,11 +1332,31 @@ def finish(run: Run, wall_time_s: float):
 # The loop
 # ------------------------------------------------------------------------------------------------
 def main(argv=None):
+    """Parse, set up, train; Ctrl-C ends it with one line and exit status 130 (runs.interrupted)."""
+    quiet_libraries()
+    cfg = parse_config(argv)
+    run = None
+    try:
+        run = setup(cfg)  # everything that can fail on bad input is checked before the run directory is touched
+        return train(run)
+    except KeyboardInterrupt:
+        runs.interrupted(cfg.output_dir, run.step if run else None, cfg.max_steps, "LOCAL_RANK" in os.environ)
+
+
+def quiet_libraries():
+    """transformers' and the hub's load / save progress bars and info lines off: the training bar is the one bar."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def train(run: Run):
+    """The loop: steps 1-6 from the checkpoint's step (or 0) to --max-steps, then the final evaluation."""
     from tqdm import tqdm
 
-    cfg = parse_config(argv)
-    run = setup(cfg)  # everything that can fail on bad input is checked before the run directory is touched
-    acc, model, tok, engine = run.accelerator, run.model, run.tok, run.engine
+    cfg, acc, model, tok, engine = run.cfg, run.accelerator, run.model, run.tok, run.engine
     collector, world, t_start = Collector(run), acc.num_processes, time.time()
     if not run.evals:
         if acc.is_main_process:
@@ -1410,7 +1366,7 @@ def main(argv=None):
     bar = tqdm(range(run.start_step, cfg.max_steps), initial=run.start_step, total=cfg.max_steps,
                disable=not acc.is_main_process, dynamic_ncols=True)
     for step in bar:
-        t0 = time.time()
+        t0, run.step = time.time(), step
         length = run.enter(step).max_new_tokens  # --stages: this step's data, reward and length
         stage = run.sampler.stage_at(step) if cfg.curriculum else None  # curriculum: this stage's G, batch and length
         G = stage.group_size if stage else cfg.group_size
@@ -1462,12 +1418,9 @@ def main(argv=None):
                 f.write(json.dumps(row) + "\n")
         acc.log({k: v for k, v in row.items() if k != "step"}, step=step + 1)  # trackers (main process; --report-to)
         if done or (cfg.save_every and (step + 1) % cfg.save_every == 0):
-            save_checkpoint(os.path.join(cfg.output_dir, f"checkpoint-{step + 1}"), acc, model, tok, run.optimizer,
-                            {"step": step + 1, "samplers": [t.sampler.state_dict() for t in run.tasks], "history": run.history,
-                             "evals": run.evals,
-                             "entropy": run.ent_ctrl.state_dict() if run.ent_ctrl else None, "last_nll": run.last_nll,
-                             "wall_time_s": run.wall_before + time.time() - t_start, "config": dataclasses.asdict(cfg)})
+            checkpoint(run, step + 1, run.wall_before + time.time() - t_start)
     bar.close()
+    run.step = None
     run_eval(run, cfg.max_steps, sampled=True)
     collector.close()
     for task in run.tasks:

@@ -1,10 +1,11 @@
-"""Log-probs and entropy from the last hidden states in chunks (grpo.chunked_token_logprobs), checked against the
+"""Log-probs and entropy from the last hidden states in chunks (logprobs.chunked_token_logprobs), checked against the
 full-logits path (grpo.token_logprobs) in float64: values and gradients.  Run: python -m pytest tests/test_memory.py -q
 """
 import pytest
 import torch
 
 import grpo
+import logprobs
 
 torch.set_num_threads(1)
 
@@ -30,7 +31,7 @@ def test_chunked_equals_full_logits_float64(with_entropy, temperature, bias, chu
     hid, w, b, tok = _case(bias=bias)
     logits = hid @ w.T + (b if b is not None else 0)
     lp_ref, ent_ref = grpo.token_logprobs(logits, tok, temperature, with_entropy)
-    lp, ent = grpo.chunked_token_logprobs(hid, w, tok, b, temperature, with_entropy, chunk_size=chunk)
+    lp, ent = logprobs.chunked_token_logprobs(hid, w, tok, b, temperature, with_entropy, chunk_size=chunk)
     assert lp.dtype == torch.float64 and lp.shape == tok.shape
     torch.testing.assert_close(lp, lp_ref, rtol=0, atol=1e-12)
     assert (ent is None) == (ent_ref is None) == (not with_entropy)
@@ -52,7 +53,7 @@ def test_gradcheck_finite_differences():
     hid, w, b, tok = _case(n=2, t=3, h=5, v=11, bias=True)
 
     def f(hid, w, b):
-        lp, ent = grpo.chunked_token_logprobs(hid, w, tok, b, 0.8, True, chunk_size=2)
+        lp, ent = logprobs.chunked_token_logprobs(hid, w, tok, b, 0.8, True, chunk_size=2)
         return lp, ent
 
     assert torch.autograd.gradcheck(f, (hid, w, b))
@@ -63,9 +64,9 @@ def test_entropy_only_in_loss_and_logged_entropy():
     hid, w, _, tok = _case()
     logits = hid @ w.T
     lp_ref, ent_ref = grpo.token_logprobs(logits, tok, 1.0, True)
-    lp, ent = grpo.chunked_token_logprobs(hid, w, tok, None, 1.0, True, chunk_size=5)
+    lp, ent = logprobs.chunked_token_logprobs(hid, w, tok, None, 1.0, True, chunk_size=5)
     torch.testing.assert_close(_grads(ent.sum(), [hid, w]), _grads(ent_ref.sum(), [hid, w]), rtol=0, atol=1e-10)
-    lp, ent = grpo.chunked_token_logprobs(hid, w, tok, None, 1.0, True, chunk_size=5)
+    lp, ent = logprobs.chunked_token_logprobs(hid, w, tok, None, 1.0, True, chunk_size=5)
     lp_ref, ent_ref = grpo.token_logprobs(hid @ w.T, tok, 1.0, True)
     torch.testing.assert_close(_grads(lp.sum(), [hid, w]), _grads(lp_ref.sum(), [hid, w]), rtol=0, atol=1e-10)
 
@@ -76,7 +77,7 @@ def test_padding_rows_dropped_before_the_call():
     hid, w, _, tok = _case()
     mask = torch.tensor([[1] * 7, [1] * 3 + [0] * 4, [1] * 5 + [0] * 2], dtype=torch.bool)
     lp_ref, ent_ref = grpo.token_logprobs(hid @ w.T, tok, 0.9, True)
-    sel_lp, sel_ent = grpo.chunked_token_logprobs(hid[mask], w, tok[mask], None, 0.9, True, chunk_size=4)
+    sel_lp, sel_ent = logprobs.chunked_token_logprobs(hid[mask], w, tok[mask], None, 0.9, True, chunk_size=4)
     torch.testing.assert_close(sel_lp, lp_ref[mask], rtol=0, atol=1e-12)
     torch.testing.assert_close(sel_ent, ent_ref[mask], rtol=0, atol=1e-12)
     ref = _grads((lp_ref * mask).sum() + (ent_ref * mask).sum(), [hid, w])
@@ -90,7 +91,7 @@ def test_bfloat16_matches_full_path_and_keeps_fp32_results():
     hid, w, _, tok = _case(n=2, t=9, h=32, v=300)
     hb, wb = hid.detach().bfloat16().requires_grad_(), w.detach().bfloat16().requires_grad_()
     lp_ref, ent_ref = grpo.token_logprobs(hb @ wb.T, tok, 1.0, True)
-    lp, ent = grpo.chunked_token_logprobs(hb, wb, tok, None, 1.0, True, chunk_size=4)
+    lp, ent = logprobs.chunked_token_logprobs(hb, wb, tok, None, 1.0, True, chunk_size=4)
     assert lp.dtype == ent.dtype == torch.float32
     torch.testing.assert_close(lp, lp_ref, rtol=0, atol=1e-5)
     torch.testing.assert_close(ent, ent_ref, rtol=0, atol=1e-5)
@@ -108,7 +109,7 @@ def test_under_bf16_autocast_fp32_master_weights():
     h32, w32 = hid.detach().float().requires_grad_(), w.detach().float().requires_grad_()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         lp_ref, _ = grpo.token_logprobs(h32 @ w32.T, tok, 1.0)
-        lp, _ = grpo.chunked_token_logprobs(h32, w32, tok, None, 1.0, False, chunk_size=4)
+        lp, _ = logprobs.chunked_token_logprobs(h32, w32, tok, None, 1.0, False, chunk_size=4)
     torch.testing.assert_close(lp, lp_ref, rtol=0, atol=1e-5)
     ref = _grads(lp_ref.sum(), [h32, w32])
     got = _grads(lp.sum(), [h32, w32])

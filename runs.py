@@ -1,0 +1,228 @@
+"""Run directories, checkpoints, resume and interruption: what makes a run one run, whatever happens to its process.
+
+    runs/default/                  one run per directory (--output-dir)
+        config.json                the run's settings (the model's resolved path included)
+        metrics.jsonl evals.jsonl samples.jsonl summary.json curves.png
+        checkpoint-20/ ...         model (or LoRA adapter) + tokenizer, trainer_state.pt (optimizer, every process's
+                                   RNG streams, data position, history), run_config.json; the newest --keep-checkpoints
+
+Rules, and the choice behind each:
+  * A run directory holds one run. A new run into a directory that holds another stops with one error line naming
+    the directory and the ways out: --resume auto (continue it), --overwrite (replace it), another --output-dir.
+    Refusing is what transformers' example scripts did (`overwrite_output_dir`) and what keeps the README's paths
+    (runs/default/checkpoint-40) meaningful; CleanRL's fresh per-run names never mix either, but a name the user did
+    not choose is a name the next command does not know.
+  * The checkpoint's saved settings are the run's settings. On --resume they are the defaults; a flag given on the
+    command line that changes the run (recipe, data, reward, lengths, batch and group sizes, loss, optimiser) is
+    refused, unless --resume-override, which applies it with one warning line per flag. Settings that do not change
+    the run (RESUME_FREE: --max-steps, checkpoint and evaluation cadence, memory knobs, trackers, threads) change
+    freely. What defines the evaluation (its data, problems, decoding, seed) never changes: before and after are
+    always measured on the same problems.
+  * --resume auto says what it does: "resuming from step N of DIR", or "no checkpoint in DIR: starting fresh".
+  * Checkpoints are written to checkpoint-N.tmp and renamed (a crash never leaves half of one); the newest
+    --keep-checkpoints are kept. Ctrl-C (SIGINT) ends the run with one line (the step reached, the last checkpoint,
+    the command that resumes it) and exit status 130; steps after the last checkpoint are lost, never half-saved.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sys
+
+import torch
+
+RUN_FILES = ("config.json", "metrics.jsonl", "evals.jsonl", "samples.jsonl", "summary.json", "curves.png", "tensorboard")
+# settings a resumed run may change without changing what it computes (no warning)
+RESUME_FREE = {"max_steps", "resume", "resume_override", "overwrite", "output_dir", "save_every", "keep_checkpoints",
+               "eval_every", "report_to", "threads", "reward_workers", "vllm_gpu_memory_utilization", "vllm_sleep",
+               "micro_batch_size", "micro_batch_tokens", "logprob_chunk", "gradient_checkpointing"}
+# settings that define the run or its evaluation: never changed on resume, even with --resume-override
+RESUME_FIXED = {"model", "recipe", "train_data", "stages", "curriculum", "seed", "lora_rank", "lora_targets",
+                "load_in_4bit", "eval_data", "eval_split", "eval_problems", "eval_samples", "eval_temperature",
+                "eval_top_p", "template", "system_prompt"}
+
+
+def main_process() -> bool:
+    """Rank 0, before Accelerate exists (the launcher sets RANK)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def say(msg: str) -> None:
+    if main_process():
+        print(msg, file=sys.stderr, flush=True)
+
+
+def is_sharded(accelerator) -> bool:
+    from accelerate.utils import DistributedType
+
+    return accelerator.distributed_type == DistributedType.FSDP
+
+
+def save_checkpoint(path, accelerator, model, tok, optimizer, state: dict):
+    """Written to a temporary directory and renamed: a crash never leaves half a checkpoint.
+
+    Under FSDP every process takes part in gathering the full weights and the full optimizer state (torch's
+    get_optimizer_state_dict, parameter names as keys), which the main process writes: the checkpoint has the same
+    files as an unsharded run's and resumes under any process count with the same sharding mode."""
+    weights = opt_state = None
+    rng = rng_states(accelerator)  # a collective: every process's sampling streams
+    if is_sharded(accelerator):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        weights = accelerator.get_state_dict(model)
+        opt_state = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if not accelerator.is_main_process:
+        return
+    tmp = path + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    unwrapped = accelerator.unwrap_model(model)
+    if weights is not None:  # a tied LM head is stored once, as in an unsharded checkpoint
+        out, inp = unwrapped.get_output_embeddings(), unwrapped.get_input_embeddings()
+        if out is not None and out.weight is inp.weight:
+            weights.pop(next(n for n, m in unwrapped.named_modules() if m is out) + ".weight", None)
+    unwrapped.save_pretrained(tmp, state_dict=weights)
+    tok.save_pretrained(tmp)
+    if "config" in state:  # the run's settings, readable without loading the optimizer state
+        write_run_config(os.path.join(tmp, "run_config.json"), state["config"])
+    torch.save(
+        {"optimizer": opt_state if weights is not None else optimizer.state_dict(), "rng": rng, **state},
+        os.path.join(tmp, "trainer_state.pt"),
+    )
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+
+
+def rng_states(accelerator) -> list[dict]:
+    """The RNG states of every process (index = process rank): each samples from its own stream (seed + rank), so a
+    resumed run restores each process's own, as Accelerate's save_state does (random_states_<rank>.pkl)."""
+    mine = {"torch": torch.get_rng_state(), "py": random.getstate()}
+    if torch.cuda.is_available():
+        mine["cuda"] = torch.cuda.get_rng_state()
+    if accelerator.num_processes == 1:
+        return [mine]
+    every = [None] * accelerator.num_processes
+    torch.distributed.all_gather_object(every, mine)
+    return every
+
+
+def set_rng_states(accelerator, states: list[dict]) -> None:
+    """Back to this process's saved streams; a checkpoint from another process count gives rank r the streams of
+    process r mod its count (the run continues, not bit for bit)."""
+    mine = states[accelerator.process_index % len(states)]
+    torch.set_rng_state(mine["torch"])
+    random.setstate(mine["py"])
+    if "cuda" in mine and torch.cuda.is_available():
+        torch.cuda.set_rng_state(mine["cuda"])
+
+
+def checkpoints(output_dir: str) -> list[str]:
+    """checkpoint-N directories of a run, oldest first (a .tmp left by a crash is not one)."""
+    if not os.path.isdir(output_dir):
+        return []
+    cks = [d for d in os.listdir(output_dir) if d.startswith("checkpoint-") and d[11:].isdigit()]
+    return [os.path.join(output_dir, d) for d in sorted(cks, key=lambda d: int(d[11:]))]
+
+
+def latest_checkpoint(output_dir: str) -> str | None:
+    cks = checkpoints(output_dir)
+    return cks[-1] if cks else None
+
+
+def prune_checkpoints(output_dir: str, keep: int) -> None:
+    """Keep the newest `keep` checkpoints (0 = all) and no leftover .tmp."""
+    for d in (checkpoints(output_dir)[:-keep] if keep else []):
+        shutil.rmtree(d, ignore_errors=True)
+    for d in os.listdir(output_dir):
+        if d.startswith("checkpoint-") and d.endswith(".tmp"):
+            shutil.rmtree(os.path.join(output_dir, d), ignore_errors=True)
+
+
+def run_files(output_dir: str) -> list[str]:
+    """What in `output_dir` belongs to a run (empty: the directory holds none)."""
+    if not os.path.isdir(output_dir):
+        return []
+    return [f for f in os.listdir(output_dir) if f in RUN_FILES or f.startswith("checkpoint-")]
+
+
+def check_output_dir(output_dir: str, resume_from: str | None, overwrite: bool) -> None:
+    """Refuse to mix two runs in one directory (one error line; called before anything is built or written)."""
+    found = run_files(output_dir)
+    if not found or overwrite:
+        return
+    if resume_from and os.path.abspath(os.path.dirname(resume_from.rstrip("/"))) == os.path.abspath(output_dir):
+        return  # continuing the run that is there
+    shown = ", ".join(sorted(found, key=lambda f: (not f.startswith("checkpoint"), f))[:3]) + (", ..." if len(found) > 3 else "")
+    raise SystemExit(f"error: --output-dir {output_dir} holds another run ({shown}): --resume auto continues it, "
+                     "--overwrite replaces it, or pass another --output-dir")
+
+
+def clear_run(output_dir: str) -> None:
+    """--overwrite: remove the previous run's files (nothing else in the directory)."""
+    for f in run_files(output_dir):
+        p = os.path.join(output_dir, f)
+        shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
+
+
+def resolve_resume(resume: str, output_dir: str) -> str | None:
+    """The checkpoint --resume names ('auto': the newest in output_dir, None and a line saying so if there is none)."""
+    if not resume:
+        return None
+    if resume == "auto":
+        ck = latest_checkpoint(output_dir)
+        if ck is None:
+            say(f"no checkpoint in {output_dir}: starting fresh")
+        return ck
+    if not os.path.exists(os.path.join(resume, "trainer_state.pt")):
+        raise SystemExit(f"error: --resume {resume!r}: not a checkpoint directory (no trainer_state.pt)")
+    return resume
+
+
+def saved_config(ckpt: str) -> dict:
+    """The run's settings as its checkpoint recorded them."""
+    path = os.path.join(ckpt, "run_config.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    return torch.load(os.path.join(ckpt, "trainer_state.pt"), weights_only=False).get("config", {})
+
+
+def resume_settings(saved: dict, given: dict, override: bool, ckpt: str) -> dict:
+    """The resumed run's settings: the saved ones, with the flags `given` on the command line that RESUME_FREE allows
+    (and, with --resume-override, the others outside RESUME_FIXED, each announced). One error line otherwise."""
+    def flag(k):
+        return "--" + k.replace("_", "-")
+
+    changed = {k: v for k, v in given.items() if k in saved and v != saved[k] and k not in RESUME_FREE}
+    fixed = {k: v for k, v in changed.items() if k in RESUME_FIXED or not override}
+    if fixed:
+        what = ", ".join(f"{flag(k)} {v!r} (the run: {saved[k]!r})" for k, v in fixed.items())
+        n_fixed = sum(k in RESUME_FIXED for k in fixed)
+        hint = ("" if n_fixed == len(fixed) else "; --resume-override applies " + ("them" if not n_fixed else "those not "
+                "about the model, data, recipe, seed or evaluation") + " with a warning each")
+        raise SystemExit(f"error: --resume {ckpt}: {what} would change the run it continues (its settings are "
+                         f"its checkpoint's: leave the flag out, or start a new run in another --output-dir{hint})")
+    for k, v in changed.items():
+        say(f"warning: --resume-override: {flag(k)} {v!r} replaces the run's {saved[k]!r} from here on")
+    return {**saved, **given}
+
+
+def write_run_config(path: str, cfg: dict) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(cfg, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def interrupted(output_dir: str, step: int | None, max_steps: int, launched_by_accelerate: bool) -> None:
+    """Ctrl-C: one line saying where the run stopped and how to continue it; exit status 130 (128 + SIGINT)."""
+    if main_process() and sys.stderr.isatty():
+        print(file=sys.stderr)  # below the progress bar's line
+    ck = latest_checkpoint(output_dir)
+    where = "before the first step" if step is None else f"during step {step + 1} of {max_steps}"
+    cmd = f"{'accelerate launch ... ' if launched_by_accelerate else 'python '}train.py --output-dir {output_dir} --resume auto"
+    if ck:
+        say(f"interrupted {where}; last checkpoint: {ck}; resume with: {cmd}")
+    else:
+        say(f"interrupted {where}; no checkpoint yet (--save-every): nothing to resume; start again with: {cmd}")
+    raise SystemExit(130)

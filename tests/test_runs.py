@@ -1,0 +1,113 @@
+"""Runs a user can trust (runs.py): one run per directory, resume checks its settings and says what it does, Ctrl-C
+ends with one line and exit status 130, checkpoints are kept by cadence and pruned.
+
+Run:  python -m pytest -q tests/test_runs.py          (~1 min)
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import data
+import train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL = ["--batch-size", "16", "--group-size", "4", "--mini-batch-size", "16", "--eval-problems", "8",
+         "--eval-samples", "0", "--max-new-tokens", "40", "--reward-workers", "0", "--eval-every", "0"]
+
+
+def run(model, out, *args):
+    return train.main(["--model", model, "--output-dir", str(out), *SMALL, *args])
+
+
+def cli(argv, capsys):
+    capsys.readouterr()  # what earlier runs printed
+    code = data.cli(train.main, argv)
+    return code, capsys.readouterr().err
+
+
+def strip_perf(rows):
+    return [{k: v for k, v in r.items() if not k.startswith("perf/") or k == "perf/grad_norm"} for r in rows]
+
+
+def test_a_second_run_into_a_used_directory(tiny_model_path, tmp_path, capsys):
+    out = tmp_path / "run"
+    run(tiny_model_path, out, "--max-steps", "2", "--save-every", "1")
+    before = {f: os.path.getmtime(out / f) for f in os.listdir(out)}
+    code, err = cli(["--model", tiny_model_path, "--output-dir", str(out), *SMALL, "--max-steps", "1", "--recipe", "dapo"], capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: --output-dir {out} holds another run")
+    assert "--resume auto" in err and "--overwrite" in err
+    assert {f: os.path.getmtime(out / f) for f in os.listdir(out)} == before  # nothing touched
+    run(tiny_model_path, out, "--max-steps", "1", "--recipe", "dapo", "--no-dynamic-sampling", "--overwrite")
+    assert sorted(d for d in os.listdir(out) if d.startswith("checkpoint")) == ["checkpoint-1"]  # the old run's are gone
+    assert json.load(open(out / "config.json"))["recipe"] == "dapo"
+    assert len(open(out / "metrics.jsonl").readlines()) == 1
+    assert all(json.loads(line)["step"] in (0, 1) for line in open(out / "samples.jsonl"))
+    assert json.load(open(out / "config.json"))["model"] == tiny_model_path  # the model's path, even when built in
+
+
+def test_resume_refuses_a_conflicting_flag_and_overrides_with_a_warning(tiny_model_path, tmp_path, capsys):
+    out = tmp_path / "run"
+    run(tiny_model_path, out, "--max-steps", "1")
+    base = ["--model", tiny_model_path, "--output-dir", str(out), "--resume", "auto", "--max-steps", "2"]
+    code, err = cli(base + ["--recipe", "dapo"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "--recipe 'dapo' (the run: 'grpo')" in err
+    code, err = cli(base + ["--eval-problems", "20", "--resume-override"], capsys)  # the evaluation never changes
+    assert code == 2 and "--eval-problems 20 (the run: 8)" in err
+    code, err = cli(base + ["--lr", "0.001"], capsys)
+    assert code == 2 and "--resume-override applies them" in err
+    code, err = cli(base + ["--lr", "0.001", "--resume-override"], capsys)
+    assert code == 0 and "warning: --resume-override: --lr 0.001 replaces the run's 0.0001" in err
+    assert "resuming from step 1 of" in err
+    cfg = json.load(open(out / "config.json"))  # the run's settings came from the checkpoint, not from the defaults
+    assert cfg["lr"] == 0.001 and cfg["batch_size"] == 16 and cfg["eval_problems"] == 8 and cfg["max_steps"] == 2
+    s = json.load(open(out / "summary.json"))
+    assert s["before"]["step"] == 0 and s["eval_problems"] == 8  # before and after: the same 8 problems
+
+
+def test_resume_auto_says_what_it_does(tiny_model_path, tmp_path, capsys):
+    out = tmp_path / "run"
+    code, err = cli(["--model", tiny_model_path, "--output-dir", str(out), *SMALL, "--max-steps", "1", "--resume", "auto"], capsys)
+    assert code == 0 and f"no checkpoint in {out}: starting fresh" in err
+    code, err = cli(["--model", tiny_model_path, "--output-dir", str(out), "--max-steps", "2", "--resume", "auto"], capsys)
+    assert code == 0 and f"resuming from step 1 of {out}" in err
+    assert [json.loads(line)["step"] for line in open(out / "metrics.jsonl")] == [1, 2]
+
+
+def test_checkpoints_by_default_and_the_newest_kept(tiny_model_path, tmp_path):
+    out = tmp_path / "run"
+    run(tiny_model_path, out, "--max-steps", "5", "--save-every", "1", "--keep-checkpoints", "2")
+    assert sorted(d for d in os.listdir(out) if d.startswith("checkpoint")) == ["checkpoint-4", "checkpoint-5"]
+    assert train.Config().save_every == train.Config().eval_every > 0  # the default run leaves checkpoints behind
+
+
+def test_sigint_during_a_step(tiny_model_path, tmp_path):
+    """Ctrl-C during step 4: exit 130, one line (step, last checkpoint, the resume command), no traceback, the
+    step-2 checkpoint intact; resuming gives the uninterrupted run's metrics and weights."""
+    args = ["--model", tiny_model_path, *SMALL, "--max-steps", "5", "--save-every", "2", "--seed", "5"]
+    out = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.Popen([sys.executable, "train.py", *args, "--output-dir", str(out)], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.time()
+    while time.time() - t0 < 120:
+        time.sleep(0.05)
+        if (out / "checkpoint-2").is_dir() and os.path.exists(out / "metrics.jsonl") and \
+                len(open(out / "metrics.jsonl").readlines()) >= 3:
+            break
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("interrupted during step 4 of 5; last checkpoint: ") and last.endswith(
+        f"resume with: python train.py --output-dir {out} --resume auto"), last
+    assert sorted(d for d in os.listdir(out) if d.startswith("checkpoint")) == ["checkpoint-2"]
+    assert (out / "checkpoint-2" / "trainer_state.pt").exists()
+    resumed = train.main(["--output-dir", str(out), "--resume", "auto"])
+    full = train.main([*args, "--output-dir", str(tmp_path / "full")])
+    assert strip_perf(resumed) == strip_perf(full)
