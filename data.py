@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 CODE_INSTRUCTION = "Write a complete Python 3 program (or the requested function) in one ```python code block at the end."
 PLAIN_TEMPLATE = "Question: {question}\n" + INSTRUCTION + "\nAnswer: "
-# DAPO's own prompt (BytedTsinghua-SIA/DAPO README, algorithms.md Sec. 2.6): the answer goes on a last line
+# DAPO's own prompt (BytedTsinghua-SIA/DAPO README): the answer goes on a last line
 # "Answer: ...", which reward.MathReward(mode="math-dapo") reads as DAPO's code does. build_prompt(kind="math-dapo").
 # Qwen2.5-Math's system prompt (its model card and evaluation code), with the question alone as the user turn: the
 # template alone moves Qwen2.5-Math-1.5B on MATH-500 from 33.0 (no template) to 61.8 before any RL (the Dr. GRPO

@@ -21,7 +21,7 @@ Modes (MathReward(mode=...); `--reward` in train.py)
                Rules 1-4 are this project's reading of what a grader does; math-verify's default extraction (which
                Skywork-OR1's released verifier calls) takes the box first and else the last expression, and does
                not see hedges or retractions.
-  math-strict  boxed-only, the format requirement of Skywork-OR1 (algorithms.md Sec. 3.7): the last box group after
+  math-strict  boxed-only, the format requirement of Skywork-OR1 (its verifier's format rule, Sec. 7.1): the last box group after
                the last `</think>` (the whole text when there is none); no box means wrong, and so does an answer
                statement after the last box (a retracted box is not the final answer). Multi-box answers and
                hedges as in `math`. (Skywork-OR1's released `math_verify_reward_function` is looser: it calls

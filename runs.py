@@ -176,6 +176,9 @@ def resolve_resume(resume: str, output_dir: str) -> str | None:
         return ck
     if not os.path.exists(os.path.join(resume, "trainer_state.pt")):
         raise SystemExit(f"error: --resume {resume!r}: not a checkpoint directory (no trainer_state.pt)")
+    if not any(os.path.exists(os.path.join(resume, f)) for f in ("config.json", "adapter_config.json")):
+        raise SystemExit(f"error: --resume {resume!r}: its model is missing (no config.json or adapter_config.json; "
+                         "expected a checkpoint-N directory written by train.py)")
     return resume
 
 
@@ -185,7 +188,10 @@ def saved_config(ckpt: str) -> dict:
     if os.path.exists(path):
         with open(path) as f:
             return json.load(f)
-    return torch.load(os.path.join(ckpt, "trainer_state.pt"), weights_only=False).get("config", {})
+    try:
+        return torch.load(os.path.join(ckpt, "trainer_state.pt"), weights_only=False).get("config", {})
+    except Exception as e:  # noqa: BLE001 (a truncated or foreign file: one line)
+        raise SystemExit(f"error: --resume {ckpt}: trainer_state.pt cannot be read ({type(e).__name__}: {e})") from None
 
 
 def resume_settings(saved: dict, given: dict, override: bool, ckpt: str) -> dict:

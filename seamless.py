@@ -1,4 +1,4 @@
-"""MiMo's seamless rollout for dynamic sampling (algorithms.md Sec. 5.4): waves, async reward, FIFO early termination.
+"""MiMo's seamless rollout for dynamic sampling (MiMo Sec. 3.4.1): waves, async reward, FIFO early termination.
 
 Naive dynamic sampling (DAPO Alg. 1, `dapo.DynamicSampler`): generate B prompts x G, wait for all, score all,
 filter out zero-variance groups, repeat until B groups are kept. The engine idles while rewards are computed, and

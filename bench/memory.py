@@ -237,10 +237,9 @@ def fits(a, rows, d1, d2):
                 origin = "16 B/param + the 1.5B row's activations scaled by h (computed)"
             else:
                 continue
-            if mode == "qlora":
-                vllm_txt, v = "n/a (no adapter-only sync)", 0.0
-            else:
-                vllm_txt, v = f"{vllm:.1f}", vllm
+            # QLoRA: 4-bit weights cannot be merged exactly, so vLLM keeps its own bf16 base and receives the adapter
+            # alone (--lora-vllm-sync adapter): the same vLLM share as the other modes
+            vllm_txt, v = (f"{vllm:.1f} (adapter sync)" if mode == "qlora" else f"{vllm:.1f}"), vllm
             total = trainer + v + 1.5
             fit = [f"{g} GB ({(v + 0.5) / g:.2f})" if v else f"{g} GB" for g in (16, 24, 40, 80) if total <= g]
             alone = [f"{g} GB" for g in (8, 16, 24, 40, 80) if trainer + 1.5 <= g]

@@ -1,7 +1,6 @@
 """
 Assign difficulty levels to test cases from pass rates: the offline step of MiMo's
-test-difficulty-driven reward (MiMo §3.3.1 "Assigning Difficulty to Tests Based on Pass Rates";
-algorithms.md §5.2).
+test-difficulty-driven reward (MiMo §3.3.1 "Assigning Difficulty to Tests Based on Pass Rates").
 
 MiMo runs several models many times per problem, computes each test's pass rate over all the
 generated solutions, and clusters tests into levels, lower pass rate = harder. The paper does not

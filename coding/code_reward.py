@@ -2,14 +2,14 @@
 Code rewards from test cases, run in sandbox.py.
 
 Three modes (`mode=`):
-  all_or_nothing  1 iff every test passes, else 0. Skywork-OR1 (`is_binary_reward=True`, algorithms.md §3.7),
+  all_or_nothing  1 iff every test passes, else 0. Skywork-OR1 (`is_binary_reward=True` in its released code),
                   Ring-lite and DeepSeek-R1 use this.
   strict          MiMo §3.3.1 "Strict Reward": R = sum_l S_l * prod_{m<=l} 1[all tests of level m pass].
                   A level's score counts only if that level and every easier level pass completely.
   soft            MiMo §3.3.1 "Soft Reward": R = sum_l S_l * n_l / |T_l|. Each level's score is split
                   equally over its tests; the reward is the sum over passed tests.
 
-Level scores S_l (the paper leaves them unspecified, algorithms.md §5.2 [UNSPEC]): by default
+Level scores S_l (MiMo leaves them unspecified): by default
 `weights="equal"`, S_l = 1/L over the L distinct levels of the problem, like IOI subtasks of equal
 value; `weights="tests"` makes S_l proportional to the number of tests in the level (then soft is
 the plain fraction of tests passed). Either way the S_l sum to 1, so a full pass scores 1.

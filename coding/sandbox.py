@@ -1,7 +1,7 @@
 """
 Run untrusted Python programs (model completions) in a throwaway, resource-limited sandbox.
 
-Used by code_reward.py for the test-case rewards of Skywork-OR1 (algorithms.md §3.7: 1 iff all
+Used by code_reward.py for the test-case rewards of Skywork-OR1 (1 iff all
 tests pass), Ring-lite (same) and MiMo (§3.3.1, test-difficulty-driven reward). Stdlib only.
 This contains accidents and reward hacks of an RL policy; it is not a security boundary against
 a determined attacker (no VM, shared kernel; the seccomp filter covers only the key syscalls).

