@@ -432,6 +432,10 @@ def load_hub(name: str, split: str, schema: str | None = None) -> list[Example]:
     try:
         import datasets
     except ImportError:
+        if not online:
+            raise DataError(f"{name}: not a local file, and the hub cannot be reached from this machine (no network; "
+                            "nor is the `datasets` package installed): prepare the data where there is network "
+                            "(examples/prepare_data.py) and pass the .jsonl file") from None
         raise DataError(f"{name}: not a local file, and the `datasets` package is not installed to fetch it from the hub") from None
     cfg = None
     if ":" in name:  # "openai/gsm8k:main"
