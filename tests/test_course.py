@@ -1,0 +1,86 @@
+"""The course (course/*.ipynb): every notebook runs top to bottom in a real Jupyter kernel (nbclient), makes at least
+one plot, and ends with an exercise whose check really checks: the checks accept the answers in course/solutions.py
+and reject a plausible wrong answer. The notebooks are committed without outputs (what is in the repository is the
+code CI ran; run a notebook to see its numbers), and this file keeps it so.
+
+Run:  python -m pytest -q tests/test_course.py      (~4 min on 2 cores: the notebooks' short training runs)
+"""
+import glob
+import os
+import sys
+
+import nbformat
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COURSE = os.path.join(ROOT, "course")
+NOTEBOOKS = sorted(glob.glob(os.path.join(COURSE, "*.ipynb")))
+sys.path.insert(0, COURSE)
+import check  # noqa: E402
+import solutions  # noqa: E402
+
+
+def test_there_is_a_course():
+    assert len(NOTEBOOKS) >= 7, NOTEBOOKS
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_notebook_is_committed_clean_with_an_exercise(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
+    assert not dirty, f"{os.path.basename(path)}: cells {dirty} hold outputs (commit notebooks stripped)"
+    assert any("plt." in c.source for c in code), "no plot"
+    stubs = [i for i, c in enumerate(code) if "raise NotImplementedError" in c.source and c.source.startswith("def my_")]
+    assert stubs, "no exercise"
+    name = code[stubs[-1]].source.split("(")[0][len("def "):]
+    assert f"check." in code[stubs[-1] + 1].source and name in code[stubs[-1] + 1].source, "the exercise is not checked"
+
+
+def _wrong_answers():
+    """A plausible mistake per exercise: each check must reject it."""
+    return {
+        "group_advantages": lambda r, g: (lambda x: ((x - x.mean(1, keepdim=True)) / (x.std(1, unbiased=False, keepdim=True) + 1e-6)).view(-1))(r.view(-1, g)),
+        "clip_higher": lambda lp, old, a, lo, hi: solutions.clip_higher(lp, old, a, lo, lo),  # symmetric clip
+        "entropy_controller": lambda es, t, d, cm: solutions.entropy_controller(es, t, d, 1.0),  # no upper clamp
+        "budget_select": lambda lens, b: torch.tensor([n if sum(lens[:i + 1]) <= b else 0 for i, n in enumerate(lens)]),
+        "test_difficulty_reward": lambda p, lv, m: sum(p) / len(p),  # plain fraction of tests
+        "reject_zero_advantage": lambda r, g: r.view(-1, g).sum(1) > 0,  # keeps all-right groups
+        "tis_weights": lambda t, e, m, c: torch.exp(t - e).clamp(max=c),  # ignores the mask
+    }
+
+
+@pytest.mark.parametrize("name", list(_wrong_answers()))
+def test_exercise_check_accepts_the_answer_and_rejects_a_mistake(name, capsys):
+    chk = getattr(check, name)
+    assert chk(getattr(solutions, name)) is True
+    assert "\N{CHECK MARK}" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match=f"^{name}: differs from"):
+        chk(_wrong_answers()[name])
+
+    def unwritten(*a):
+        raise NotImplementedError
+
+    assert chk(unwritten) is False and "not written yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_notebook_runs_top_to_bottom(path):
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": COURSE}})
+    try:
+        client.execute()
+    except CellExecutionError as e:
+        i = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code" and
+                  any(o.get("output_type") == "error" for o in c.get("outputs", []))), None)
+        where = f"cell {i + 1} of {len(nb.cells)} ({nb.cells[i].source.splitlines()[0][:60]!r})" if i is not None else "a cell"
+        pytest.fail(f"course/{os.path.basename(path)}: {where} failed: {e.ename}: {e.evalue}", pytrace=False)
+    images = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert images >= 1, "no figure was drawn"
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "not written yet" in text  # the exercise is left to the student, and its check ran
