@@ -5,8 +5,6 @@ with the project's functions (tests/test_course.py runs that comparison, and fee
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 

@@ -36,7 +36,7 @@ def test_notebook_is_committed_clean_with_an_exercise(path):
     stubs = [i for i, c in enumerate(code) if "raise NotImplementedError" in c.source and c.source.startswith("def my_")]
     assert stubs, "no exercise"
     name = code[stubs[-1]].source.split("(")[0][len("def "):]
-    assert f"check." in code[stubs[-1] + 1].source and name in code[stubs[-1] + 1].source, "the exercise is not checked"
+    assert "check." in code[stubs[-1] + 1].source and name in code[stubs[-1] + 1].source, "the exercise is not checked"
 
 
 def _wrong_answers():
