@@ -279,11 +279,10 @@ class Config:
             bad("rollout-lag", f"must be 0 or 1, got {self.rollout_lag} (one producer: a lag of 2 would overlap nothing more)")
         if self.rollout_lag:
             clash = [f for f, on in (("--rollout vllm", self.rollout == "vllm"), ("--fsdp", self.fsdp), ("--seamless", self.seamless),
-                                     ("--stages", bool(self.stages)), ("--curriculum", bool(self.curriculum)),
                                      ("--load-in-4bit", self.load_in_4bit)) if on]
             if clash:
-                bad("rollout-lag", f"cannot be combined with {', '.join(clash)} yet (async_rollout.py: one stage, one "
-                                   "process, a producer with its own copy of the model)")
+                bad("rollout-lag", f"cannot be combined with {', '.join(clash)} yet (async_rollout.py: one process, "
+                                   "a producer with its own full-precision copy of the model and the fast or hf engine)")
             if self.tis_cap <= 0:
                 bad("tis-cap", "must be > 0 with --rollout-lag (the decoupled loss weights each token by min(pi_prox/pi_behav, cap))")
         if self.save_every < 0 or self.keep_checkpoints < 0:
@@ -814,6 +813,8 @@ def setup(cfg: Config) -> Run:
     sharded = is_sharded(accelerator)
     if sharded and (cfg.dynamic_sampling or cfg.seamless):  # also when FSDP comes from an accelerate config file
         raise SystemExit("error: FSDP cannot be combined with --dynamic-sampling / --seamless (see --fsdp)")
+    if cfg.rollout_lag and accelerator.num_processes > 1:  # the producer thread would run collectives beside DDP's
+        raise SystemExit(f"error: --rollout-lag: runs on one process, not {accelerator.num_processes} (async_rollout.py)")
     if cfg.threads and not torch.cuda.is_available():
         torch.set_num_threads(cfg.threads)
     dtype = torch.bfloat16 if precision(cfg) == "bfloat16" else torch.float32  # bf16-mixed: fp32 weights, bf16 autocast
@@ -1520,6 +1521,7 @@ def train(run: Run):
     for step in bar:
         t0, run.step = time.time(), step
         G, n_prompts, sp = plan(run, step)
+        stage_no = run.stages.index(run.stage) + 1  # read now: with --rollout-lag the producer enters the next stage
 
         # 1-3. sample prompts, generate G completions each, score them (dynamic sampling: until the batch is full);
         # --rollout-lag 1: the producer made this batch with the previous weights while the last update ran
@@ -1554,7 +1556,7 @@ def train(run: Run):
         # 6. log, evaluate, checkpoint
         row = {"step": step + 1, **step_stats(acc, batch, G, timeouts, n_gen), **extra, **umetrics}
         if len(run.stages) > 1:
-            row["stage"] = run.stages.index(run.stage) + 1
+            row["stage"] = stage_no
         dt = time.time() - t0
         row.update({"perf/tokens_per_s": row.pop("_tokens") / dt, "perf/step_time_s": dt, "perf/gen_time_s": t_gen})
         run.history.append(row)

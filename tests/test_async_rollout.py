@@ -70,6 +70,26 @@ def test_thread_equals_inline_producer(trained_model_path, tmp_path):
     assert core(a) == core(b)
 
 
+@pytest.mark.parametrize("recipe", ["skywork", "c3po"])
+def test_lag_composes_with_stages(recipe, trained_model_path, tmp_path):
+    """Skywork's curriculum (length stages, the online filter at stage starts, batch / 2 and G x 4 in the last stage) and
+    Ring-lite's two stages (math, then code with another reward and length) over 4 steps, so that stages change while
+    the producer runs ahead: the thread equals the inline producer, and the stage and curriculum metrics are the
+    batch's own. Skywork with lr 0 equals the synchronous loop (the producer draws what the loop would draw)."""
+    a = run(trained_model_path, tmp_path / "thread", "--recipe", recipe, "--rollout-lag", "1", "--max-steps", "4")
+    b = run(trained_model_path, tmp_path / "inline", "--recipe", recipe, "--rollout-lag", "1", "--max-steps", "4",
+            "--rollout-worker", "inline")
+    assert core(a) == core(b)
+    if recipe == "c3po":  # --max-steps 4: steps 1-2 math, 3-4 code
+        assert [r["stage"] for r in a] == [1, 1, 2, 2]
+        return
+    assert [r["data/stage"] for r in a] == [0, 1, 1, 2]  # skywork_stages(4): stages begin at steps 0, 1, 3, 4
+    sync = run(trained_model_path, tmp_path / "k0", "--recipe", recipe, "--lr", "0", "--max-steps", "4")
+    lag = run(trained_model_path, tmp_path / "k1", "--recipe", recipe, "--lr", "0", "--max-steps", "4", "--rollout-lag", "1")
+    drop = ("perf/", "async/", "policy/tis", "policy/engine")
+    assert core(sync, drop) == core(lag, drop)
+
+
 def test_resume_after_kill_9_is_bit_identical(trained_model_path, tmp_path):
     args = ["--model", trained_model_path, *SMALL, "--rollout-lag", "1", "--max-steps", "4", "--save-every", "2"]
     full = train.main([*args, "--output-dir", str(tmp_path / "full")])
@@ -113,7 +133,7 @@ def test_lag_refuses_what_it_cannot_do(trained_model_path, tmp_path, capsys):
     import data
 
     for extra, what in [(["--rollout-lag", "2"], "must be 0 or 1"), (["--rollout-lag", "1", "--seamless", "--dynamic-sampling"], "--seamless"),
-                        (["--rollout-lag", "1", "--recipe", "skywork"], "--curriculum")]:
+                        (["--rollout-lag", "1", "--rollout", "vllm"], "--rollout vllm")]:
         code = data.cli(train.main, ["--model", trained_model_path, "--output-dir", str(tmp_path / "x"), *extra])
         err = capsys.readouterr().err
         assert code == 2 and err.startswith("error: --rollout-lag") and what in err, err

@@ -58,6 +58,14 @@ def test_two_process_run(tiny_model_path, tmp_path):
     assert len(samples) == 2 * len([s for s in samples if s["step"] == 0])
 
 
+def test_two_process_rollout_lag_is_refused(tiny_model_path, tmp_path):
+    """--rollout-lag 1 runs on one process (its producer thread would run collectives beside DDP's): one error line."""
+    with pytest.raises(AssertionError) as e:
+        launch(2, "train.py", "--model", tiny_model_path, "--output-dir", str(tmp_path / "run"), "--rollout-lag", "1")
+    assert "error: --rollout-lag: runs on one process, not 2" in str(e.value)
+    assert not (tmp_path / "run").exists()
+
+
 def test_two_process_update_equals_one_process(tiny_model_path, tmp_path):
     """tests/mp_step.py: update_policy's loss and DDP-averaged gradient, whole batch on 1 process vs half on each of
     2 (token-mean, seq-mean-token-mean, seq-mean-token-sum; micro-batching; overlong filter; uneven shards)."""
