@@ -410,9 +410,11 @@ def async_experiments():
                for s in steps[:-1]]
         exact = all(m.get("async/lag") == (0 if m["step"] == 1 else 1) for r in runs[lag] for m in r.metrics)
         ahead = [s for s, c in zip(steps, mid) if c[0]]
-        ok = not worse[0] and not ahead and exact
         m, w, n, a, b = worse
-        return ("reproduces" if ok else "does not"), [
+        # equal per step: no gap beyond the seeds' spread, and the seeds split; a gap of one sign in every seed that
+        # the spread still covers is "partly" (a small cost of the lag that 3 seeds cannot resolve)
+        verdict = "does not" if m or ahead or not exact else "partly" if w == n else "reproduces"
+        return verdict, [
             f"final greedy accuracy: K 0 {a:.3g} vs K 1 {b:.3g} (K 0 {'ahead' if m else 'not ahead'} beyond the seeds' "
             f"spread; K 0 higher in {w}/{n} seeds)",
             f"held-out accuracy at steps {', '.join(map(str, steps[:-1]))}: K 0 ahead beyond the spread at "
