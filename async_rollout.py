@@ -19,13 +19,17 @@ bypass mode): the clip acts on pi_theta / pi_prox with pi_prox the trainer's own
 theta_{k-1} (`--tis-cap C`, 2.0 by default with a lag). This is the truncated-importance-sampling form (TRL's
 vllm_importance_sampling_cap, rollout.tis_weights) applied to the lag: AReaL's variant clips on the proximal policy
 and weights by the behaviour ratio, which is what keeps the trust region around the current policy instead of a
-stale one. pi_behav is a forward pass of the producer's model over the batch it generated, after generating: the
-sampling engines here do not return log-probs, and a forward pass is exactly the producer's distribution.
+stale one. pi_behav is the sampler's own log-prob of each token (the fast engine reads it off the logits it samples
+from, `Completion.logprobs`, as AReaL and verl take the inference engine's): the distribution the token was really
+drawn from, equal to a forward pass of the producer's weights to float rounding (~1e-6; tested). The hf engine
+reports none, so with it the producer runs that forward pass over the batch after generating; measured here, that
+pass took 0.67 s a step, twice the generation, and ate most of the overlap.
 
 The producer is a thread with its own copy of the model (and engine). Why a thread and not a process: torch releases
 the GIL inside its kernels, so with one torch thread each the producer's decode loop and the trainer's backward run
 on two cores; weights are handed over as an in-memory copy at the sync point (a process would need them pickled or
-placed in shared memory, and its own copy of the reward workers and data). Random draws: only the producer samples
+placed in shared memory, and its own copy of the reward workers and data). Measured (bench/async_workers.py): beside
+an update, generation in a thread runs at its speed alone, as in a spawned process; the thread costs nothing here. Random draws: only the producer samples
 while it runs (the update draws nothing from torch's global generator), so the thread produces exactly what an inline
 producer (`threaded=False`, the same code run at the sync point) produces with the same seed (tested). On one GPU
 shared by both there is nothing to overlap (one device runs one kernel stream): keep K = 0 there.

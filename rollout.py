@@ -180,6 +180,9 @@ class FastEngine(HFEngine):
         `generate` and every surviving row gets the same draw it would have got there.
       * The prompt is run once for its n samples: the prefill computes the distinct prompts, and the KV cache
         is then copied out to one row per sample (a row's keys and values do not depend on the other rows).
+      * Each Completion carries `logprobs`: the log-prob of every sampled token under the distribution it was drawn
+        from (after temperature and top-p, as vLLM's processed_logprobs), read off the logits the loop already has.
+        --rollout-lag's producer takes them as pi_behav instead of a second forward pass over the batch.
       * No per-token logits processors, stopping criteria or output bookkeeping beyond the above.
     Same seed, same samples as HFEngine: `tests/test_rollout.py` checks it token for token (sampled and greedy,
     top-p included). The equality rests on two facts the test would catch if a torch or transformers release
@@ -216,6 +219,7 @@ class FastEngine(HFEngine):
             cache = DynamicCache(config=model.config.get_text_config(decoder=True))
             b = len(chunk)
             resp = torch.full((b, params.max_new_tokens), pad, dtype=torch.long, device=device)
+            resp_lp = torch.zeros((b, params.max_new_tokens), device=device)  # log-prob of each sampled token
             rows = torch.arange(b, device=device)  # batch rows still generating
             x = enc["input_ids"]
             stops = torch.tensor(self.stops, device=device)
@@ -235,6 +239,7 @@ class FastEngine(HFEngine):
                     q = torch.empty((b, probs.shape[-1]), device=device).exponential_(1)  # multinomial's draw, all b rows
                     nxt = (probs / q[rows]).argmax(-1)
                 resp[rows, t] = nxt
+                resp_lp[rows, t] = torch.log_softmax(logits, dim=-1).gather(-1, nxt[:, None]).squeeze(-1)
                 going = ~torch.isin(nxt, stops)
                 if params.stop:  # a row whose last tokens complete a stop string is done too
                     tails = resp[rows, max(0, t + 1 - window) : t + 1].tolist()
@@ -249,7 +254,7 @@ class FastEngine(HFEngine):
                 x = nxt[:, None]
                 attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=-1)
                 pos = pos[:, -1:] + 1
-            out += [finish(tok, ids, self.stops, params.stop) for ids in resp.tolist()]
+            out += [finish(tok, ids, self.stops, params.stop, lps) for ids, lps in zip(resp.tolist(), resp_lp.tolist())]
         if was_training:
             model.train()
         return [out[i * n : (i + 1) * n] for i in range(len(prompts))]

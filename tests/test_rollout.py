@@ -191,3 +191,31 @@ def test_tiny_tokenizer_round_trip_as_loaded(tiny_model_path):
         ids = loaded(s, add_special_tokens=False)["input_ids"]
         assert ids == built(s, add_special_tokens=False)["input_ids"], s
         assert loaded.decode(ids) == s
+
+
+@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 1.0), (1.0, 0.8)])
+def test_fast_engine_logprobs_are_the_sampling_distributions(tiny_model_path, temperature, top_p):
+    """Completion.logprobs of the fast engine: log pi(token) under the distribution each token was drawn from. Without
+    top-p that is log_softmax(logits / T) of a forward pass over the whole sequence (grpo.token_logprobs, what the
+    trainer computes), to float rounding: the decode loop's incremental KV-cache attention sums in another order.
+    With top-p the nucleus is renormalised: each log-prob is the full one plus -log(nucleus mass) >= it."""
+    import train
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from logprobs import response_logprobs
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+    prompts = [data.build_prompt(tok, ex.prompt) for ex in data.builtin_task(4, split="train", seed=4)]
+    torch.manual_seed(0)
+    comps = [c for g in rollout.FastEngine(model, tok).generate(prompts, 4, SamplingParams(temperature, top_p, 40)) for c in g]
+    assert all(c.logprobs is not None and len(c.logprobs) == c.length for c in comps)
+    p_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts for _ in range(4)]
+    batch = train.make_batch(tok, p_ids, [c.token_ids for c in comps], "cpu")
+    with torch.no_grad():
+        ref, _ = response_logprobs(model, batch, temperature)
+    gaps = [torch.tensor(c.logprobs) - ref[i, : c.length] for i, c in enumerate(comps)]
+    if top_p == 1.0:
+        assert max(g.abs().max().item() for g in gaps) < 1e-5
+    else:
+        assert min(g.min().item() for g in gaps) > -1e-4 and max(g.max().item() for g in gaps) > 1e-3  # renormalised
