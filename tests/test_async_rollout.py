@@ -4,7 +4,6 @@ and with an inline producer, resume after kill -9, and the producer's own contra
 K = 0 is the synchronous loop, unchanged: tests/test_pinned_run.py pins it bit for bit.
 Run:  python -m pytest -q tests/test_async_rollout.py      (~1 min)
 """
-import json
 import os
 import signal
 import subprocess
