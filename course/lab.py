@@ -1,6 +1,6 @@
 """Notebook plumbing: put the project on sys.path, quiet the libraries, and run `train.py` as a student would.
 
-`train(name, *flags)` runs `python train.py --output-dir <tmp>/<name> --overwrite <flags>` in a subprocess (the real
+`train(name, *flags)` runs `python train.py --output-dir RUNS/<name> --overwrite <flags>` in a subprocess (the real
 command line, progress and all, of which the last lines are shown) and returns the run's metrics.jsonl rows.
 """
 from __future__ import annotations
@@ -17,7 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-RUNS = os.path.join(tempfile.gettempdir(), "grpo-course-runs")
+# each notebook session its own directory (two notebooks, or a notebook and the test suite, may run at once)
+RUNS = os.environ.get("GRPO_COURSE_RUNS") or tempfile.mkdtemp(prefix="grpo-course-runs-")
 FAST = ("--eval-every", "0", "--eval-problems", "100", "--eval-samples", "0")  # short runs: greedy eval, start and end
 
 

@@ -67,10 +67,11 @@ def test_exercise_check_accepts_the_answer_and_rejects_a_mistake(name, capsys):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
-def test_notebook_runs_top_to_bottom(path):
+def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
+    monkeypatch.setenv("GRPO_COURSE_RUNS", str(tmp_path))  # the kernel inherits it: the notebook's runs go here
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": COURSE}})
     try:
