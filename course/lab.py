@@ -24,6 +24,9 @@ FAST = ("--eval-every", "0", "--eval-problems", "100", "--eval-samples", "0")  #
 
 def setup(threads: int = 1) -> None:
     """One torch thread (the project's default, train.py --threads) and no library progress bars."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto in a kernel without ipywidgets
     import torch
 
     import train
