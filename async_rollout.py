@@ -28,10 +28,10 @@ pass took 0.67 s a step, twice the generation, and ate most of the overlap.
 The producer is a thread with its own copy of the model (and engine). Why a thread and not a process: torch releases
 the GIL inside its kernels, so with one torch thread each the producer's decode loop and the trainer's backward run
 on two cores; weights are handed over as an in-memory copy at the sync point (a process would need them pickled or
-placed in shared memory, and its own copy of the reward workers and data). Measured (bench/async_workers.py, two runs): beside
-an update, generation in a thread took 0.99-1.14x its time alone and the update 1.04-1.05x; in a spawned process
-0.93-1.05x and 1.00-1.01x. The GIL costs the thread ~4% of the update, which bounds the overlapped step: a process
-worker would gain that, less the weight copy, so it is not built. Random draws: only the producer samples
+placed in shared memory, and its own copy of the reward workers and data). Measured (bench/async_workers.py, two
+runs): beside an update, generation in a thread took 0.99-1.14x its time alone and the update 1.04-1.05x; in a spawned
+process 0.93-1.05x and 1.00-1.01x. The GIL costs the thread ~4% of the update, which bounds the overlapped step: a
+process worker would gain that, less the weight copy, so it is not built. Random draws: only the producer samples
 while it runs (the update draws nothing from torch's global generator), so the thread produces exactly what an inline
 producer (`threaded=False`, the same code run at the sync point) produces with the same seed (tested). On one GPU
 shared by both there is nothing to overlap (one device runs one kernel stream): keep K = 0 there.

@@ -1488,11 +1488,11 @@ def make_producer(run: Run):
         G, n_prompts, sp = plan(run, step)
         batch, timeouts, n_gen, extra = collector.collect(step, n_prompts, G, sp)
         t1 = time.time()
-        p_ids = [run.tok(batch.prompts[i // G], add_special_tokens=False)["input_ids"] for i in range(len(batch.comps))]
         extra["_observed"] = collector.observed
         if all(c.logprobs is not None for c in batch.comps):  # the fast engine: the sampler's own log-probs
             extra["_behav"] = [torch.tensor(c.logprobs) for c in batch.comps]
         else:  # the hf engine reports none: a forward pass of the producer's weights (as slow as half an update)
+            p_ids = [run.tok(batch.prompts[i // G], add_special_tokens=False)["input_ids"] for i in range(len(batch.comps))]
             extra["_behav"] = old_logprobs(cfg, twin, run.tok, p_ids, [c.token_ids for c in batch.comps], run.accelerator.device)
         extra.update({"async/collect_s": t1 - t0, "async/behav_logp_s": time.time() - t1})  # generate + score; pi_behav
         return batch, timeouts, n_gen, extra
