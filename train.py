@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+import c3po
 import dapo
 import data
 import grpo
@@ -71,34 +72,34 @@ RECIPES = {
     # 'auto' (the tokenizer's chat template, else plain) and the \boxed{} reward, so that the recipes compare.
     "grpo": {},  # DeepSeekMath GRPO without KL (add --kl-coef 0.04 for the original)
     "dapo": dict(  # DAPO Sec. 3, Alg. 1 and verl's recipe/dapo scripts
-        wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, overlong_buffer=16,
+        algorithm="dapo", wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, overlong_buffer=16,
         **MU16,  # 16 updates per rollout (train batch 512 prompts x 16, ppo_mini_batch_size 32 prompts)
         gen_batch_factor=3,  # verl recipe/dapo: gen_batch_size 1536 = 3 x train_batch_size 512, up to 10 rounds
         eval_temperature=1.0, eval_top_p=0.7),  # Sec. 4.1: avg@32 at T = 1.0, top-p 0.7
     "c3po": dict(  # Ring-lite Sec. 3.2, 4.1: token budget, KL 1e-3, entropy bonus 5e-4, 1/0 reward; on-policy (mu = 1:
         # the paper's "minibatch 2" is unexplained and Phi tokens per update is the budget's own unit)
-        token_budget=4096, kl_coef=1e-3, entropy_coef=5e-4, eval_temperature=1.0, eval_top_p=0.95,  # Table 1: T 1.0, top-p 0.95
+        algorithm="c3po", token_budget=4096, kl_coef=1e-3, entropy_coef=5e-4, eval_temperature=1.0, eval_top_p=0.95,  # Table 1: T 1.0, top-p 0.95
         # Sec. 3.4 two-stage RL: math first, then code (+ science, not built in) with the length limit raised (24K -> 32K
         # there, 64 -> 96 tokens here); code scores 1 only when every test passes. The steps split evenly (--max-steps)
         stages="data=builtin-math reward=math max_new_tokens=64; "
                "data=builtin-code reward=code max_new_tokens=96 eval_problems=100"),
     "skywork": dict(  # Skywork-OR1 MAGIC Sec. 3: token-mean, no KL, adaptive entropy, rejection sampling, stages;
         # its verifier's format rule (Sec. 7.1): the last \boxed{} or nothing
-        reward="math-strict", loss_agg="token-mean", adaptive_entropy=True, rejection_sampling=True, curriculum="skywork",
+        algorithm="dapo", reward="math-strict", loss_agg="token-mean", adaptive_entropy=True, rejection_sampling=True, curriculum="skywork",
         mini_batch_size=128,  # N_SGD = 2: Math-7B's Table 10 (batch 256, mini-batch 128), whose stages the curriculum follows
         # (OR1-7B / 32B ran N_SGD = 1); eps 0.2/0.2; adaptive entropy with its released code's timing (--entropy-timing)
         online_filter=True,  # Sec. 3.1: at each stage start, drop prompts solved perfectly in the previous stage
         eval_temperature=1.0, eval_top_p=1.0),  # Table 13: avg@32 (AIME) at T = 1, top-p 1
     "mimo": dict(  # MiMo Sec. 3.3: DAPO-style loss, dynamic sampling, easy-data resampling alpha = 0.1; eps unstated
         # [unspecified]: DAPO's 0.2/0.28; filter on the partial scores with its code rewards (--filter-metric auto)
-        clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, easy_pool_alpha=0.1,
+        algorithm="dapo", clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, easy_pool_alpha=0.1,
         **MU16,  # batch 512, actor mini-batch 32: 16 gradient updates per iteration (Sec. 3.3.3)
         eval_temperature=0.6, eval_top_p=0.95),  # Tables 4-6: T 0.6, top-p 0.95
     "compass": dict(  # Compass-Thinker Sec. 3-4: +-1 reward, DAPO-style loss, dynamic sampling, easy -> hard stages;
         # eps unstated [unspecified]: DAPO's 0.2/0.28. No online filter: dropping prompts solved in the previous stage is
         # Skywork-OR1's, not Compass-Thinker's. Evaluation: Sec. 4.3 gives no decoding settings [unspecified]: the
         # training T = 1.0, top-p 1.0 (the defaults)
-        wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, curriculum="compass",
+        algorithm="dapo", wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, curriculum="compass",
         **MU16),  # Sec. 4.1: batch 128, actor mini-batch 32, 16 gradient updates per iteration
 }
 
@@ -207,6 +208,9 @@ class Config:
                                         "base's weights, loaded into vLLM each step) or 'adapter' (vLLM keeps its base weights "
                                         "and serves the adapter through its LoRA support: a smaller sync, a slower decode)")
     # --- recipe: each paper's techniques (train.py --recipe NAME sets them; any flag given still wins) ---
+    algorithm: str = opt("grpo", "the idea file whose advantages and policy loss the run calls: grpo (grpo.py), dapo "
+                                 "(dapo.py: clip-higher, token-level loss, overlong filter), c3po (c3po.py: the token budget, "
+                                 "needed by --token-budget); each recipe sets its paper's")
     recipe: str = opt("grpo", "preset of a paper's settings: " + ", ".join(RECIPES) + " (see RECIPES in train.py and the README)")
     dynamic_sampling: bool = opt(False, "DAPO: keep only groups with mixed correctness (or scores: --filter-metric), regenerating until the batch is full")
     max_gen_rounds: int = opt(10, "DAPO: cap on generation rounds per step under dynamic sampling (<= 0: no cap)")
@@ -291,6 +295,10 @@ class Config:
             bad("rollout", f"{self.rollout!r} is not 'fast', 'hf' or 'vllm'")
         if self.micro_batch_tokens < 0:
             bad("micro-batch-tokens", f"must be >= 0, got {self.micro_batch_tokens}")
+        if self.algorithm not in ("grpo", "dapo", "c3po"):
+            bad("algorithm", f"{self.algorithm!r} is not 'grpo', 'dapo' or 'c3po'")
+        if self.token_budget and self.algorithm != "c3po":
+            bad("token-budget", "is C3PO's (c3po.py): add --algorithm c3po (the c3po recipe sets it)")
         if self.curriculum not in ("", "skywork", "compass"):
             bad("curriculum", f"{self.curriculum!r} is not 'skywork', 'compass' or ''")
         if self.curriculum and (self.easy_pool_alpha or self.drop_solved):
@@ -443,7 +451,7 @@ HELP_GROUPS = {  # train.py --help, in this order
     "loss": ["loss_agg", "clip_low", "clip_high", "kl_coef", "scale_adv_by_std"],
     "optimisation": ["lr", "warmup_steps", "weight_decay", "grad_clip", "mini_batch_size", "epochs"],
     "recipe techniques (--recipe NAME sets a paper's; a flag given still wins)": [
-        "recipe", "dynamic_sampling", "max_gen_rounds", "filter_metric", "gen_batch_factor", "seamless", "seamless_max_wave",
+        "recipe", "algorithm", "dynamic_sampling", "max_gen_rounds", "filter_metric", "gen_batch_factor", "seamless", "seamless_max_wave",
         "overlong_buffer", "overlong_filter", "token_budget", "entropy_coef", "adaptive_entropy", "entropy_target",
         "entropy_delta", "entropy_max", "entropy_timing", "rejection_sampling", "easy_pool_alpha", "drop_solved",
         "curriculum", "online_filter", "stages"],
@@ -455,7 +463,7 @@ CHOICES = {  # shown in --help (Config.validate checks them, with its own error 
     "recipe": tuple(RECIPES), "rollout": ("fast", "hf", "vllm"), "reward": REWARDS, "template": tuple(data.TEMPLATES),
     "loss_agg": grpo.LOSS_AGG, "dtype": ("auto", "float32", "bf16-mixed", "bfloat16"), "report_to": ("none", "tensorboard", "wandb"),
     "lora_vllm_sync": ("merged", "adapter"), "rollout_worker": ("thread", "inline"), "filter_metric": ("auto", "acc", "score"), "entropy_timing": ("code", "paper"),
-    "curriculum": ("", "skywork", "compass"),
+    "curriculum": ("", "skywork", "compass"), "algorithm": ("grpo", "dapo", "c3po"),
 }
 
 
@@ -1097,11 +1105,16 @@ class Collector:
 # ------------------------------------------------------------------------------------------------
 # Step 4: advantages; step 5: the policy update
 # ------------------------------------------------------------------------------------------------
+def algorithm(cfg: Config):
+    """The idea file the run's advantages and policy loss come from: grpo.py, dapo.py or c3po.py (--algorithm)."""
+    return {"grpo": grpo, "dapo": dapo, "c3po": c3po}[cfg.algorithm]
+
+
 def advantages(cfg: Config, batch: Round, G: int, extra: dict):
     """Group-relative advantages (a group lives on one process, so this is exact) and the responses kept."""
     import curriculum
 
-    adv = grpo.group_advantages(torch.tensor(batch.rewards, dtype=torch.float64), G, scale_by_std=cfg.scale_adv_by_std)  # (N,)
+    adv = algorithm(cfg).group_advantages(torch.tensor(batch.rewards, dtype=torch.float64), G, scale_by_std=cfg.scale_adv_by_std)  # (N,)
     keep = torch.ones(len(batch.comps), dtype=torch.bool)
     if cfg.rejection_sampling:  # Skywork-OR1 Sec. 3.1: zero-advantage groups leave, nothing replaces them (on the
         # rewards, so partial-credit groups with different scores stay whatever --filter-metric says)
@@ -1180,8 +1193,7 @@ def microbatch_loss(cfg: Config, model, ref_model, batch, adv, old_logp, mask, a
             ref = response_logprobs(ref_model, batch, cfg.temperature, chunk_size=cfg.logprob_chunk)[0]
     tis = tis_weights(old, engine_logp, mask, cfg.tis_cap) if engine_logp is not None else None
     common = dict(loss_agg="budget", budget=cfg.token_budget / world) if cfg.token_budget else dict(loss_agg=cfg.loss_agg)
-    loss_fn = c3po.policy_loss if cfg.token_budget else grpo.policy_loss  # dapo's = grpo's with DAPO's arguments
-    loss, m = loss_fn(logp, old, adv, mask, ref, clip_low=cfg.clip_low, clip_high=cfg.clip_high, kl_coef=cfg.kl_coef,
+    loss, m = algorithm(cfg).policy_loss(logp, old, adv, mask, ref, clip_low=cfg.clip_low, clip_high=cfg.clip_high, kl_coef=cfg.kl_coef,
                       num_seqs=num_seqs, num_tokens=num_tokens, token_weights=tis, **common)
     if alpha:
         eterm, _ = entropy.entropy_loss(ent, mask, alpha, num_seqs=num_seqs, num_tokens=num_tokens, **common)
@@ -1249,7 +1261,7 @@ def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_i
                     R = batch[3].shape[1]
                     mask = batch[4]  # (n, R)
                     if cfg.overlong_filter:  # DAPO Sec. 3.4: truncated responses leave the loss (not the group stats)
-                        mask = mask * torch.tensor([not truncated[i] for i in mc], device=device).unsqueeze(1)
+                        mask = dapo.overlong_mask(mask, [truncated[i] for i in mc])
                     if kept is not None:
                         import c3po
 

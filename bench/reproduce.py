@@ -262,7 +262,7 @@ def ringlite_experiments():
             "Ring-lite Fig. 7: C3PO's constant token budget",
             "Ring-lite Sec. 3.2, Fig. 7: under GRPO the tokens per update and the gradient norm move with the response "
             "length; C3PO's fixed token budget makes the tokens per update constant and the gradient norm steadier.",
-            base, {"GRPO": [], "C3PO (budget 1024)": ["--token-budget", "1024"]}, check_a,
+            base, {"GRPO": [], "C3PO (budget 1024)": ["--algorithm", "c3po", "--token-budget", "1024"]}, check_a,
             [("tokens/update mean", lambda r: statistics.mean(tokens(r))),
              ("tokens/update sd/mean", lambda r: statistics.stdev(tokens(r)) / statistics.mean(tokens(r))),
              ("grad norm mean", over_run("perf/grad_norm")), ("grad norm sd/mean", cv("perf/grad_norm")),
