@@ -52,7 +52,8 @@ class Stage:
 
 
 class Curriculum:
-    """Stage schedule and prompt sampler. `next_batch(step)` before rollout, `observe(...)` after rewards."""
+    """Stage schedule and prompt sampler. `next_batch(step)` (or `draw(step, n)`) before rollout, `observe(...)` after
+    rewards."""
 
     def __init__(self, stages: Sequence[Stage], levels: Sequence[int | None], seed: int = 0,
                  default_level: int = 3, online_filter: bool = False):
@@ -129,6 +130,9 @@ class Curriculum:
         lvs, ws = zip(*avail)
         n = batch_size if batch_size is not None else stage.batch_size
         return [self._next(lv) for lv in self.rng.choices(lvs, weights=ws, k=n)], stage
+
+    def draw(self, step: int, n: int) -> list[int]:  # the trainer's sampler interface: the indices only
+        return self.next_batch(step, n)[0]
 
     def observe(self, indices: Sequence[int], accuracies: Sequence[float]):
         """After rewards: the group accuracy (pass rate) of each prompt, for the next stage's online filter."""

@@ -214,7 +214,7 @@ class DynamicSampler:
             raise DynamicSamplingExhausted(
                 f"dynamic sampling: only {len(self.kept)}/{self.target_groups} groups with mixed correctness after "
                 f"{self.rounds} generation rounds; the data is too easy or too hard for this model "
-                f"(filter it with grade.py, or raise --max-gen-rounds)")
+                f"(filter it with tools/grade.py, or raise --max-gen-rounds)")
         return self.full
 
     def take(self) -> list:

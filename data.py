@@ -13,8 +13,8 @@ Notable features
         math       problem, solution with \\boxed{...}  (an `answer` field wins when present: MATH-500)
         dapo       prompt (string or chat messages), reward_model.ground_truth   (DAPO-Math-17k)
         aime       problem, answer
-        plain      prompt, answer                         (what `grade.py` and this project write)
-    Optional fields `difficulty` (1-5) and `pass_rate` are kept when present (offline grading, grade.py).
+        plain      prompt, answer                         (what `tools/grade.py` and this project write)
+    Optional fields `difficulty` (1-5) and `pass_rate` are kept when present (offline grading, tools/grade.py).
   * Bad input stops with one error naming the file, line and field.
   * Prompt templates (`--template`, TEMPLATES): 'auto' (the default) is the tokenizer's chat template when it has
     one, a plain completion template otherwise, both with the instruction used by Ring-lite / Skywork-OR1 / MiMo
@@ -339,7 +339,7 @@ def row_to_example(row: dict, schema: str | None = None) -> Example:
 
 
 def level_and_pass_rate(row: dict) -> tuple[int | None, float | None]:
-    """(level, pass_rate) of a row: `difficulty` (grade.py's graded level) wins over `level` (the source's own);
+    """(level, pass_rate) of a row: `difficulty` (tools/grade.py's graded level) wins over `level` (the source's own);
     MATH's "Level 3" reads as 3, labels off the 1-5 scale ("Level ?", "EASY") as unknown. Raises ValueError naming
     the field when an integer level is outside 1-5 or `pass_rate` outside [0, 1]."""
     level = row.get("difficulty", row.get("level"))
@@ -461,8 +461,8 @@ def load_code_dataset(path: str) -> list[Example]:
     """Code problems (question, tests or TACO-style input_output, optional fn_name; see normalize_problem).
 
     The Example's `answer` is the normalised problem itself: the code reward (coding/code_reward.py) runs its tests.
-    Its `level` and `pass_rate` are read as for math rows (level_and_pass_rate): grade.py's `difficulty` wins over a
-    `level` field (the built-in code task's own level, as grade.py writes it).
+    Its `level` and `pass_rate` are read as for math rows (level_and_pass_rate): tools/grade.py's `difficulty` wins over a
+    `level` field (the built-in code task's own level, as tools/grade.py writes it).
     """
     try:
         problems = load_code_problems(path)

@@ -100,9 +100,9 @@ def main(argv=None):
 
     import torch
 
-    import lora
+    from trainer import lora
     import rollout
-    import tiny
+    from tools import tiny
 
     ks = [int(k) for k in a.k.split(",")] if a.k else sorted({1, max(a.samples, 1)})
     if any(k > max(a.samples, 1) for k in ks):

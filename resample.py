@@ -31,7 +31,8 @@ from collections.abc import Sequence
 
 
 class EasyPool:
-    """Prompt sampler with MiMo's easy pool. `sample(batch_size)` before rollout, `update(...)` after rewards."""
+    """Prompt sampler with MiMo's easy pool. `sample(batch_size)` before rollout, `update(...)` after rewards (or the
+    trainer's sampler calls: `draw(step, n)`, `observe(indices, pass_rates)`)."""
 
     def __init__(self, indices: int | Sequence[int], alpha: float = 0.1, seed: int = 0, refresh: bool = True):
         self.indices = list(range(indices)) if isinstance(indices, int) else list(indices)
@@ -88,6 +89,12 @@ class EasyPool:
             elif rate < 1.0 and self.refresh and idx in self._easy_set:
                 self.easy.remove(idx)
                 self._easy_set.discard(idx)
+
+    def draw(self, step: int, n: int) -> list[int]:  # the trainer's sampler interface (the pool ignores the step)
+        return self.sample(n)
+
+    def observe(self, indices: Sequence[int], pass_rates: Sequence[float]):
+        self.update(indices, pass_rates)
 
     def metrics(self) -> dict:
         return {"data/easy_pool_size": len(self.easy), "data/easy_slot_share": self.last_share,

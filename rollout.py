@@ -26,7 +26,7 @@ Notable features
     would make the sampling distribution differ from the trainer's by log(1 - p_extra) per token: 0.009 on the
     tiny model (27 of its 128 rows are beyond its tokenizer), measured against vLLM's processed log-probs.
   * `load_model`: a model and its tokenizer from a directory or hub name, for the trainer, the engines and
-    `grade.py`, with one clear error for a path that is not a model.
+    `tools/grade.py`, with one clear error for a path that is not a model.
   * `VLLMEngine` (`make_engine("vllm", ..., model_path=...)`): vLLM colocated in the training process, the same
     conventions plus per-token sampling log-probs; `sync_weights` pushes the trainer's weights after each
     optimizer step. `tis_weights`: truncated importance-sampling weights for the engine/trainer mismatch.

@@ -35,7 +35,7 @@ Interfaces (so it runs with the project's engines and rewards):
     shape(completions, rewards) -> rewards                          optional, e.g. DAPO's overlong penalty
 `SeamlessRollout.collect` returns kept groups in launch order, each a tuple
     (idx, example, prompt_text, completions[G], rewards[G], correct[G])
-the format of train.Round.groups(), so `train.Round.from_groups(groups, G)` builds the batch.
+the format of trainer.collect.Round.groups(), so `Round.from_groups(groups, G)` builds the batch.
 
 Sample accounting (metrics):
     rollout/sample_waste     generated responses not in the batch / generated (includes zero-variance groups:
@@ -168,7 +168,7 @@ class SeamlessRollout:
 
         sr = SeamlessRollout(engine, reward_fn, group_size=8, min_wave=4, max_wave=128)
         groups = sr.collect(next_prompts, target=32, params=SamplingParams(...))    # each step
-        batch = train.Round.from_groups(groups, 8); sr.last_metrics                 # -> metrics.jsonl
+        batch = Round.from_groups(groups, 8); sr.last_metrics                       # -> metrics.jsonl
 
     max_groups: cap on groups launched per step (None = 10 x target, DAPO's max_num_gen_batches = 10 budget);
     raises RuntimeError when it is reached with the batch still short. score_chunk: groups per scoring job (the

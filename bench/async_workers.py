@@ -29,13 +29,12 @@ def load(seed=0):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import tiny
-
-    import train
+    from tools import tiny
+    from trainer import setup as trainer_setup
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)
-    train.quiet_libraries()
+    trainer_setup.quiet_libraries()
     path = tiny.get_tiny_model(verbose=False)
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
 
@@ -76,11 +75,13 @@ def make_update(model, tok, prompts, G, max_new):
     sampled once, here; advantages random)."""
     import torch
 
+    import config
     import rollout
     import train
+    from trainer import distributed
 
-    cfg = train.parse_config([])
-    acc = train.make_accelerator(cfg)
+    cfg = config.parse_config([])
+    acc = distributed.make_accelerator(cfg)
     comps = [c for g in rollout.FastEngine(model, tok).generate(prompts, G, rollout.SamplingParams(max_new_tokens=max_new))
              for c in g]
     p_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts for _ in range(G)]

@@ -58,7 +58,7 @@ def main():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if a.model_path is None:
-        import tiny
+        from tools import tiny
 
         a.model_path = tiny.get_tiny_model(tiny.TinyRecipe(sft_steps=40))
     tok = AutoTokenizer.from_pretrained(a.model_path)
@@ -66,7 +66,7 @@ def main():
     if a.lora_rank:
         import types
 
-        import lora
+        from trainer import lora
 
         model = lora.wrap(model, types.SimpleNamespace(lora_rank=a.lora_rank, lora_alpha=32, lora_dropout=0.0, seed=0,
                                                        lora_targets="all-linear", gradient_checkpointing=False))

@@ -34,7 +34,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project is one folder up
 
 import grpo  # noqa: E402
-import train  # noqa: E402
+from trainer import batches  # noqa: E402
+from trainer import logprobs  # noqa: E402
 
 
 def rss_mb() -> float:
@@ -92,7 +93,7 @@ def child_real(a):
     import gc
     import types
 
-    import lora
+    from trainer import lora
 
     torch.set_num_threads(1)
     before = vm_kb("VmRSS")
@@ -119,11 +120,11 @@ def child_real(a):
     with open("/proc/self/clear_refs", "w") as f:  # reset the peak RSS (VmHWM): the build does not count
         f.write("5")
     t0 = time.time()
-    batch = train.make_batch(Tok, p_ids, r_ids, "cpu")
+    batch = batches.make_batch(Tok, p_ids, r_ids, "cpu")
     amp = torch.autocast("cpu", dtype=torch.bfloat16) if base_dtype == torch.bfloat16 else contextlib.nullcontext()
     with amp:  # bf16 base: the forward under autocast, as bf16-mixed does
-        logp, ent = train.response_logprobs(model, batch, 1.0, with_entropy=True, chunk_size=a.chunk)
-    loss, _ = grpo.policy_loss(logp, logp.detach(), torch.ones(a.micro), batch[4], num_seqs=a.micro)
+        logp, ent = logprobs.response_logprobs(model, batch, 1.0, with_entropy=True, chunk_size=a.chunk)
+    loss, _ = grpo.policy_loss(logp, logp.detach(), torch.ones(a.micro), batch.mask, num_seqs=a.micro)
     loss.backward()
     opt.step()
     print(json.dumps({"weights_mb": (weights - before) / 1024, "update_mb": (vm_kb("VmHWM") - weights) / 1024,
@@ -268,9 +269,9 @@ def child(a):
     t0 = time.time()
     ent_sum = 0.0
     for i in range(0, N, a.micro):
-        batch = train.make_batch(Tok, p_ids[i : i + a.micro], r_ids[i : i + a.micro], "cpu")
-        logp, ent = train.response_logprobs(model, batch, 1.0, with_entropy=True, chunk_size=a.chunk)
-        mask = batch[4]
+        batch = batches.make_batch(Tok, p_ids[i : i + a.micro], r_ids[i : i + a.micro], "cpu")
+        logp, ent = logprobs.response_logprobs(model, batch, 1.0, with_entropy=True, chunk_size=a.chunk)
+        mask = batch.mask
         loss, _ = grpo.policy_loss(logp, logp.detach(), adv[i : i + a.micro], mask, num_seqs=N)
         loss.backward()
         ent_sum += (ent * mask).sum().item()

@@ -11,6 +11,7 @@ import os
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project is one folder up
 
+import config
 import train
 
 # metric -> column title; a recipe shows the columns its techniques log
@@ -25,7 +26,7 @@ COLUMNS = {
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--recipes", default=",".join(train.RECIPES))
+    ap.add_argument("--recipes", default=",".join(config.RECIPES))
     ap.add_argument("--out", default="runs/bench_recipes")
     ap.add_argument("rest", nargs="*", help="extra train.py arguments (after --)")
     a = ap.parse_args()

@@ -92,14 +92,14 @@ def real_setup(model_path, seed, rollout_name, max_new_tokens):
 
 def real_parts(engine, tok, seed, reward_workers, judge_ms_per_seq=0.0):
     import data
-    import train
     from reward import MathReward
+    from trainer import samplers
 
     train_set = data.load_dataset("builtin", split="train", seed=seed)
-    sampler = train.PromptSampler(len(train_set), seed)
+    sampler = samplers.EpochOrder(len(train_set), seed)
 
     def prompts(k):
-        idx = sampler.take(k)
+        idx = sampler.draw(0, k)  # the plain order ignores the step
         return [(i, train_set[i], data.build_prompt(tok, train_set[i].prompt, "math"), train_set[i].answer) for i in idx]
 
     score = MathReward(workers=reward_workers)

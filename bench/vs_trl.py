@@ -4,7 +4,7 @@
     python bench/vs_trl.py                    # 3 repetitions x 8 steps per side, run A B A B ...
     python bench/vs_trl.py --reps 1 --steps 4 --engine hf --train-args "--micro-batch-tokens 0"   # as before the speed-ups
 
-Both sides: the cold-start tiny model (tiny.py), B = 32 built-in-task prompts x G = 8, at most 64 new tokens,
+Both sides: the cold-start tiny model (tools/tiny.py), B = 32 built-in-task prompts x G = 8, at most 64 new tokens,
 temperature 1, top-p 1, top-k off, no repetition penalty, AdamW at a constant lr 1e-4 (no warm-up), token-mean loss
 (TRL's `loss_type="dapo"`), one optimizer update per rollout (mu = 1, no reference model, beta = 0), grad clip 1.0,
 1 torch thread, the same reward function (reward.MathReward, 1/0), and the same prompt strings in the same order
@@ -33,11 +33,11 @@ sys.path.insert(0, ROOT)
 def prompts_in_draw_order(tok, n_prompts: int, steps: int, seed: int):
     """The (prompt string, answer) pairs the project's trainer draws in its first `steps` steps, in order."""
     import data
-    import train
+    from trainer import samplers
 
     train_set = data.load_dataset("builtin", split="train", seed=seed)
-    sampler = train.PromptSampler(len(train_set), seed)
-    idx = [i for _ in range(steps) for i in sampler.take(n_prompts)]
+    sampler = samplers.EpochOrder(len(train_set), seed)
+    idx = [i for step in range(steps) for i in sampler.draw(step, n_prompts)]
     return [(data.build_prompt(tok, train_set[i].prompt), train_set[i].answer) for i in idx]
 
 
@@ -138,7 +138,7 @@ def run_trl(a, model_path: str) -> dict:
 
 # ---------------------------------------------------------------------------------------------------------------
 def child(a) -> None:
-    import tiny
+    from tools import tiny
 
     model_path = a.model or tiny.get_tiny_model(verbose=False)
     res = (run_trl if a.side == "trl" else run_project)(a, model_path)
@@ -171,7 +171,7 @@ def main():
         import trl
     except ImportError:
         raise SystemExit('error: TRL is not installed; pip install -e ".[bench]"')
-    import tiny
+    from tools import tiny
     import torch
     import transformers
 

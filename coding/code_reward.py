@@ -38,7 +38,7 @@ Problem schema (JSONL, one problem per line; see fixtures/code/problems.jsonl):
   or TACO/APPS style: "input_output": '{"inputs": [...], "outputs": [...], "fn_name": ...}'
   (a JSON string or object) instead of "tests". `test_levels` (one per test) is what
   code_difficulty.py writes besides filling each test's `level`; a test's own `level` wins.
-  Problem-level `difficulty` (1-5) and `pass_rate` are what grade.py writes (`level`: the built-in code task's
+  Problem-level `difficulty` (1-5) and `pass_rate` are what tools/grade.py writes (`level`: the built-in code task's
   own); data.load_code_dataset reads them as the Example's level and pass rate, difficulty first.
 
 Use from the trainer:

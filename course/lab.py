@@ -29,10 +29,10 @@ def setup(threads: int = 1) -> None:
     warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto in a kernel without ipywidgets
     import torch
 
-    import train
+    from trainer import setup as trainer_setup
 
     torch.set_num_threads(threads)
-    train.quiet_libraries()
+    trainer_setup.quiet_libraries()
 
 
 def train(name: str, *flags: str, show: int = 1) -> list[dict]:

@@ -16,7 +16,7 @@ torch.set_num_threads(2)
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory) -> str:
     """Path of a saved tiny model (character tokenizer + Qwen2), with a short 40-step cold-start SFT."""
-    import tiny
+    from tools import tiny
 
     cache = tmp_path_factory.mktemp("tiny-model")
     return tiny.get_tiny_model(tiny.TinyRecipe(sft_steps=40), cache_dir=str(cache), verbose=False)
@@ -25,6 +25,6 @@ def tiny_model_path(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def trained_model_path():
     """The default tiny model (full cold-start SFT), built once and cached like `python train.py` does."""
-    import tiny
+    from tools import tiny
 
     return tiny.get_tiny_model(verbose=False)

@@ -3,14 +3,14 @@
     python tests/fsdp_step.py MODEL OUT.pt                                                  # 1 process, no sharding
     accelerate launch --multi_gpu --num_processes 2 tests/fsdp_step.py MODEL OUT.pt --fsdp  # FSDP2 over 2 processes
 
-Through train.make_accelerator (the same Accelerate FSDP2 path as `train.py --fsdp`), on a fixed batch:
+Through trainer.distributed.make_accelerator (the same Accelerate FSDP2 path as `train.py --fsdp`), on a fixed batch:
   * update: train.update_policy's loss and gradient (gathered to full tensors), `optimizer.step` replaced by a hook
     that records the gradient, as tests/mp_step.py does; processes hold whole groups (rank 0 three, rank 1 one:
     uneven micro-batch counts, so the lockstep padding is exercised);
-  * weights for the vLLM sync: train.GatheredWeights (full tensors, HF names);
+  * weights for the vLLM sync: trainer.distributed.GatheredWeights (full tensors, HF names);
   * generation: greedy completions of this process's prompts from the sharded model (rank 1 has fewer prompts and
     stops earlier: HF's synced_gpus keeps it stepping);
-  * checkpoint: train.save_checkpoint after one real AdamW step, then its optimizer state loaded back.
+  * checkpoint: runs.save_checkpoint after one real AdamW step, then its optimizer state loaded back.
 Rank 0 saves everything; the test compares the files.
 """
 from __future__ import annotations
@@ -23,20 +23,23 @@ import torch
 torch.set_num_threads(1)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import config  # noqa: E402
 import rollout  # noqa: E402
+import runs  # noqa: E402
 import train  # noqa: E402
 from tests.mp_step import G, fixed_batch  # noqa: E402
+from trainer import distributed  # noqa: E402
 
 
 def main(model_path: str, out_path: str, fsdp: bool):
     from accelerate.utils import gather_object
 
     out_dir = os.path.dirname(out_path)
-    cfg = train.Config(batch_size=16, group_size=G, mini_batch_size=16, micro_batch_size=4, lr=0.0, grad_clip=1e9,
+    cfg = config.Config(batch_size=16, group_size=G, mini_batch_size=16, micro_batch_size=4, lr=0.0, grad_clip=1e9,
                        max_new_tokens=12, fsdp=fsdp, output_dir=out_dir, loss_agg="token-mean")
-    acc = train.make_accelerator(cfg)
+    acc = distributed.make_accelerator(cfg)
     world, rank = acc.num_processes, acc.process_index
-    assert train.is_sharded(acc) == fsdp and (not fsdp or acc.is_fsdp2)
+    assert runs.is_sharded(acc) == fsdp and (not fsdp or acc.is_fsdp2)
     torch.manual_seed(0)
     model, tok = rollout.load_model(model_path, torch.float32)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
@@ -46,7 +49,7 @@ def main(model_path: str, out_path: str, fsdp: bool):
     res = {"world": world, "sharded_types": sorted({type(p).__name__ for p in model.parameters()})}
 
     # weights for the engine sync: full tensors with checkpoint names
-    res["weights"] = {n: p.detach().clone() for n, p in train.GatheredWeights(model).named_parameters()}
+    res["weights"] = {n: p.detach().clone() for n, p in distributed.GatheredWeights(model).named_parameters()}
 
     # one update on a fixed batch, uneven shards (whole groups: 3 on rank 0, 1 on rank 1)
     p_all, r_all, adv_all, tr_all = fixed_batch(len(tok), tok.eos_token_id)
@@ -65,8 +68,8 @@ def main(model_path: str, out_path: str, fsdp: bool):
         grads.clear()
         out = train.update_policy(cfg, acc, model, None, optimizer, tok, p_all[sl], r_all[sl], adv_all[sl], tr_all[sl],
                                   0.0, 0, None)
-        loss = acc.gather(torch.tensor([out["policy/loss"]], dtype=torch.float64)).mean().item()
-        res[name] = {"loss": loss, "grads": [g.clone() for g in grads], "updates": out["policy/updates"]}
+        loss = acc.gather(torch.tensor([out.metrics["policy/loss"]], dtype=torch.float64)).mean().item()
+        res[name] = {"loss": loss, "grads": [g.clone() for g in grads], "updates": out.metrics["policy/updates"]}
     optimizer.step = real_step
 
     # generation from the sharded weights: rank 0 three prompts, rank 1 one
@@ -82,9 +85,9 @@ def main(model_path: str, out_path: str, fsdp: bool):
     cfg.epochs = 1
     train.update_policy(cfg, acc, model, None, optimizer, tok, p_all[sl], r_all[sl], adv_all[sl], tr_all[sl], 0.0, 5, None)
     ck = os.path.join(out_dir, f"ckpt-{world}")
-    train.save_checkpoint(ck, acc, model, tok, optimizer, {"step": 1})
+    runs.save_checkpoint(ck, acc, model, tok, optimizer, {"step": 1})
     acc.wait_for_everyone()
-    res["after_step"] = {n: p.detach().clone() for n, p in train.GatheredWeights(model).named_parameters()}
+    res["after_step"] = {n: p.detach().clone() for n, p in distributed.GatheredWeights(model).named_parameters()}
     st = torch.load(os.path.join(ck, "trainer_state.pt"), weights_only=False)
     if fsdp:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict, set_optimizer_state_dict

@@ -19,6 +19,7 @@ import torch
 torch.set_num_threads(1)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import config  # noqa: E402
 import rollout  # noqa: E402
 import train  # noqa: E402
 
@@ -74,14 +75,14 @@ def main(model_path: str, out_path: str):
         lo = sum(split[:rank]) * G
         hi = lo + split[rank] * G
         sl = slice(lo, hi)
-        cfg = train.Config(batch_size=N_GROUPS * G, group_size=G, mini_batch_size=N_GROUPS * G, micro_batch_size=micro,
+        cfg = config.Config(batch_size=N_GROUPS * G, group_size=G, mini_batch_size=N_GROUPS * G, micro_batch_size=micro,
                            loss_agg=agg, lr=0.0, grad_clip=1e9, overlong_filter=ofilter, max_new_tokens=16)
         grads.clear()
         out = train.update_policy(cfg, acc, model, None, optimizer, tok, p_all[sl], r_all[sl], adv_all[sl], tr_all[sl],
                                   0.0, 0)
-        loss = acc.gather(torch.tensor([out["policy/loss"]], dtype=torch.float64)).mean().item()
+        loss = acc.gather(torch.tensor([out.metrics["policy/loss"]], dtype=torch.float64)).mean().item()
         assert len(grads) == 1, f"{name}: {len(grads)} optimizer steps"
-        results[name] = {"loss": loss, "grad": grads[0], "updates": out["policy/updates"]}
+        results[name] = {"loss": loss, "grad": grads[0], "updates": out.metrics["policy/updates"]}
     if acc.is_main_process:
         torch.save({"world": world, "cases": results}, out_path)
     acc.wait_for_everyone()

@@ -14,8 +14,11 @@ import pytest
 import torch
 
 import async_rollout
+import config
 import rollout
 import train
+from trainer import batches
+from trainer import producer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["--batch-size", "32", "--group-size", "4", "--mini-batch-size", "16", "--eval-problems", "8",
@@ -51,18 +54,18 @@ def test_lag_is_exact_and_behaviour_logprobs_are_the_previous_weights(trained_mo
     # reproduces its behaviour log-probs (the fast engine's own, read while sampling) to float rounding, and a forward
     # pass of theta_2 does not
     st = torch.load(out / "checkpoint-2" / "trainer_state.pt", weights_only=False)
-    pend = train.pending_from(st["pending"])
+    pend = producer.pending_from(st["pending"])
     assert pend.step == 2 and pend.version == 1
-    batch, _, _, extra = pend.result
+    ro = pend.result  # a Rollout (trainer/records.py) with the producer's log pi_behav
     model, tok = rollout.load_model(str(out / "checkpoint-1"), torch.float32)
-    cfg = train.Config(**{**st["config"], "resume": ""})
+    cfg = config.Config(**{**st["config"], "resume": ""})
     G = cfg.group_size
-    p_ids = [tok(batch.prompts[i // G], add_special_tokens=False)["input_ids"] for i in range(len(batch.comps))]
-    ref = train.old_logprobs(cfg, model.eval(), tok, p_ids, [c.token_ids for c in batch.comps], "cpu")
-    gap = lambda xs: max((a - b).abs().max().item() for a, b in zip(xs, extra["_behav"]))  # noqa: E731
-    assert len(ref) == len(extra["_behav"]) and gap(ref) < 1e-5
+    p_ids = [tok(ro.prompts[i // G], add_special_tokens=False)["input_ids"] for i in range(len(ro.completions))]
+    ref = batches.old_logprobs(cfg, model.eval(), tok, p_ids, [c.token_ids for c in ro.completions], "cpu")
+    gap = lambda xs: max((a - b).abs().max().item() for a, b in zip(xs, ro.behav_logp))  # noqa: E731
+    assert len(ref) == len(ro.behav_logp) and gap(ref) < 1e-5
     model2, _ = rollout.load_model(str(out / "checkpoint-2"), torch.float32)  # and not theta_2's
-    other = train.old_logprobs(cfg, model2.eval(), tok, p_ids, [c.token_ids for c in batch.comps], "cpu")
+    other = batches.old_logprobs(cfg, model2.eval(), tok, p_ids, [c.token_ids for c in ro.completions], "cpu")
     assert gap(other) > 1e-3
 
 

@@ -8,9 +8,13 @@ import os
 
 import pytest
 
+import config
 import data
 import train
 from coding.code_reward import code_reward, grade
+from trainer import samplers
+from trainer import setup as trainer_setup
+from trainer import stages
 
 
 def test_deterministic_disjoint_and_levelled():
@@ -97,17 +101,17 @@ def test_code_reward_runs_each_distinct_program_once(problems, monkeypatch):
 # ------------------------------------------------------------------------------------------------
 # --stages
 def test_stages_split_the_steps_and_take_the_flags_defaults():
-    cfg = train.parse_config(["--recipe", "c3po", "--max-steps", "7"])
-    math, code = train.parse_stages(cfg)
+    cfg = config.parse_config(["--recipe", "c3po", "--max-steps", "7"])
+    math, code = stages.parse_stages(cfg)
     assert (math.data, math.reward, math.max_new_tokens, math.start, math.end) == ("builtin-math", "math", 64, 0, 3)
     assert (code.data, code.reward, code.max_new_tokens, code.start, code.end, code.eval_problems) == (
         "builtin-code", "code", 96, 3, 7, 100)
-    cfg = train.parse_config(["--stages", "data=builtin steps=2; data=builtin-code reward=code-soft; data=builtin",
+    cfg = config.parse_config(["--stages", "data=builtin steps=2; data=builtin-code reward=code-soft; data=builtin",
                               "--max-steps", "9", "--max-new-tokens", "48"])
-    assert [(s.start, s.end, s.kind, s.max_new_tokens) for s in train.parse_stages(cfg)] == [
+    assert [(s.start, s.end, s.kind, s.max_new_tokens) for s in stages.parse_stages(cfg)] == [
         (0, 2, "math", 48), (2, 5, "code", 48), (5, 9, "math", 48)]
-    assert train.filter_metric_for(cfg, "code-soft") == "score" and train.filter_metric_for(cfg, "math") == "acc"
-    assert train.parse_stages(train.parse_config([]))[0].end == 40  # no --stages: one stage from the flags
+    assert stages.filter_metric_for(cfg, "code-soft") == "score" and stages.filter_metric_for(cfg, "math") == "acc"
+    assert stages.parse_stages(config.parse_config([]))[0].end == 40  # no --stages: one stage from the flags
 
 
 @pytest.mark.parametrize("argv, msg", [
@@ -124,7 +128,7 @@ def test_stages_split_the_steps_and_take_the_flags_defaults():
 ])
 def test_stage_errors(argv, msg):
     with pytest.raises(SystemExit) as e:
-        train.parse_config(argv)
+        config.parse_config(argv)
     assert str(e.value).startswith("error: ") and msg in str(e.value), str(e.value)
 
 
@@ -135,7 +139,7 @@ def test_two_stage_run_math_then_code(tmp_path):
     args = ["--recipe", "c3po", "--max-steps", "2", "--batch-size", "16", "--group-size", "4", "--mini-batch-size", "16",
             "--micro-batch-size", "8", "--eval-problems", "6",
             "--eval-samples", "2", "--reward-workers", "0", "--eval-every", "0", "--token-budget", "200", "--seed", "3",
-            "--stages", train.RECIPES["c3po"]["stages"].replace("eval_problems=100", "eval_problems=6")]
+            "--stages", config.RECIPES["c3po"]["stages"].replace("eval_problems=100", "eval_problems=6")]
     hist = train.main(args + ["--output-dir", str(tmp_path / "a"), "--save-every", "1"])
     assert [h["stage"] for h in hist] == [1, 2]
     samples = [json.loads(line) for line in open(tmp_path / "a" / "samples.jsonl")]
@@ -165,10 +169,10 @@ def test_train_problems_and_drop_solved(monkeypatch):
     solved perfectly once is never drawn again (resample.EasyPool with alpha 0, no refresh)."""
     import resample
 
-    cfg = train.parse_config(["--train-problems", "6", "--drop-solved"])
-    (_, sets, _) = train.load_inputs(cfg)
+    cfg = config.parse_config(["--train-problems", "6", "--drop-solved"])
+    (_, sets, _) = trainer_setup.load_inputs(cfg)
     assert len(sets[0][0]) == 6 and sets[0][0][0].prompt == data.builtin_task(6, "train", seed=0)[0].prompt
-    s = train.make_sampler(cfg, sets[0][0])
+    s = samplers.make_sampler(cfg, sets[0][0])
     assert isinstance(s, resample.EasyPool) and s.alpha == 0 and not s.refresh
     first = s.sample(6)
     s.update(first[:3], [1.0, 1.0, 1.0])
@@ -177,4 +181,4 @@ def test_train_problems_and_drop_solved(monkeypatch):
     for argv, msg in ((["--drop-solved", "--easy-pool-alpha", "0.1"], "--drop-solved: replaces the easy pool"),
                       (["--train-problems", "-1"], "--train-problems: must be >= 0")):
         with pytest.raises(SystemExit, match=msg):
-            train.parse_config(argv)
+            config.parse_config(argv)

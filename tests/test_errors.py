@@ -13,7 +13,7 @@ import pytest
 
 import data
 import evaluate
-import grade
+from tools import grade
 import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,5 +1,5 @@
 """FSDP2 through Accelerate on 2 CPU processes (gloo): torch 2.13's `fully_shard` runs on CPU, Accelerate's FSDP2
-path is taken by `train.make_accelerator` (see its docstring).  Run: python -m pytest tests/test_fsdp.py -q  (~2-4 min)
+path is taken by `trainer.distributed.make_accelerator` (see its docstring).  Run: python -m pytest tests/test_fsdp.py -q  (~2-4 min)
 
 What a CPU run shows: the sharded update's loss and gradient equal the 1-process ones; the gathered weights (the
 vLLM sync's input) are the full weights with checkpoint names; greedy generation from sharded weights equals the
@@ -71,7 +71,7 @@ def test_fsdp_train_run_and_resume(tiny_model_path, tmp_path):
 
 
 def test_fsdp_reference_is_sharded_and_exact(trained_model_path, tmp_path):
-    """--fsdp --kl-coef: the reference model is sharded like the policy (train.shard_reference) and still the initial
+    """--fsdp --kl-coef: the reference model is sharded like the policy (trainer.distributed.shard_reference) and still the initial
     policy exactly: with one update per step the first step's KL is 0 to the bit, the second's is not."""
     out = tmp_path / "run"
     launch(2, "train.py", "--fsdp", "--model", trained_model_path, "--output-dir", str(out), "--batch-size", "16",
@@ -86,7 +86,7 @@ def test_fsdp_with_lora_equals_ddp_and_resumes_exactly(trained_model_path, tmp_p
     """--fsdp --lora-rank: FSDP2's root is the transformers model inside peft's wrapper, the decoder layers hold the
     frozen base and the fp32 adapters in one unit. Two processes, the KL reference = adapter disabled: 2 steps, a
     checkpoint, resumed to 3, give the metrics and adapter of 3 uninterrupted DDP steps, bit for bit (each process
-    restores its own sampling stream: train.rng_states)."""
+    restores its own sampling stream: runs.rng_states)."""
     from safetensors.torch import load_file
 
     args = ["train.py", "--model", trained_model_path, "--batch-size", "16", "--group-size", "4", "--mini-batch-size", "16",

@@ -1,4 +1,4 @@
-"""grade.py: offline grading with a stub policy of known pass rates, levels, the papers' filters, resume, bad input.
+"""tools/grade.py: offline grading with a stub policy of known pass rates, levels, the papers' filters, resume, bad input.
 
 Run:  python -m pytest tests/test_grade.py -q        (a few seconds on CPU; no model)
 """
@@ -12,7 +12,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import data
-import grade
+from tools import grade
 from reward import MathReward
 from rollout import Completion, Engine
 
@@ -40,7 +40,7 @@ def write_text(path, text, mode="w"):
 
 
 class StubEngine(Engine):
-    """A policy that answers problem i right with probability p_i (torch's RNG, which grade.py seeds per batch).
+    """A policy that answers problem i right with probability p_i (torch's RNG, which tools/grade.py seeds per batch).
 
     `fail_after`: raise on the call after that many calls (an interrupted run). `calls` counts generate calls.
     """
@@ -256,7 +256,7 @@ def test_malformed_input_writes_nothing(tmp_path):
 def test_already_graded_input(tmp_path):
     out = tmp_path / "o.jsonl"
     eng = StubEngine(data.load_file(fx("graded.jsonl")), [0.5] * 10)
-    with pytest.raises(SystemExit, match=r"graded.jsonl:1: already graded \(10 of 10 rows.*--force.*grade.py filter"):
+    with pytest.raises(SystemExit, match=r"graded.jsonl:1: already graded \(10 of 10 rows.*--force.*python -m tools.grade filter"):
         grade.main(["--data", fx("graded.jsonl"), "--out", str(out), "--quiet"], engine=eng)
     assert not out.exists() and eng.calls == 0
     grade.main(["--data", fx("graded.jsonl"), "--out", str(out), "--samples", "8", "--quiet", "--force"], engine=eng)
@@ -354,7 +354,7 @@ def test_code_rows_read_back_with_levels(graded_code, tmp_path, capsys):
     exs = data.builtin_code_task(6, seed=0)
     assert [ex.answer["tests"] for ex in back] == [ex.answer["tests"] for ex in exs]
     assert all(ex.meta == {"kind": "code"} for ex in back)
-    # before grading, a row's `level` is read (the built-in code rows as grade.py writes them, less the grading)
+    # before grading, a row's `level` is read (the built-in code rows as tools/grade.py writes them, less the grading)
     ungraded = tmp_path / "ungraded.jsonl"
     write_text(ungraded, "".join(json.dumps({k: r[k] for k in ("question", "tests", "fn_name", "level")}) + "\n"
                                  for r in read_jsonl(graded_code)))

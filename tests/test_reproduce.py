@@ -10,8 +10,9 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+import config  # noqa: E402
 import reproduce  # noqa: E402
-import train  # noqa: E402
+from trainer import stages  # noqa: E402
 
 
 @pytest.mark.parametrize("paper", list(reproduce.PAPERS))
@@ -20,9 +21,9 @@ def test_every_variant_is_a_valid_run(paper):
         assert e.variants and e.table and e.plots
         for v in e.variants:
             for smoke in (False, True):
-                cfg = train.parse_config(reproduce.train_argv(e, v, 0, "/tmp/x", smoke))
-                stages = train.parse_stages(cfg)
-                assert stages[-1].end == cfg.max_steps
+                cfg = config.parse_config(reproduce.train_argv(e, v, 0, "/tmp/x", smoke))
+                planned = stages.parse_stages(cfg)
+                assert planned[-1].end == cfg.max_steps
                 if smoke:
                     assert cfg.max_steps == 2
 

@@ -13,7 +13,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import data
 import rollout
-import tiny
+from tools import tiny
 from rollout import SamplingParams
 
 
@@ -179,10 +179,10 @@ def test_tiny_tokenizer_round_trip_in_memory():
 def test_tiny_tokenizer_round_trip_as_loaded(tiny_model_path):
     """The tokenizer train.py / evaluate.py load with AutoTokenizer must tokenize as the SFT tokenizer did.
 
-    BUG (tiny.py build_tokenizer): transformers 5.x forces `Qwen2Tokenizer` for model_type "qwen2"
+    BUG (tools/tiny.py build_tokenizer): transformers 5.x forces `Qwen2Tokenizer` for model_type "qwen2"
     (MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS), which installs Qwen2's byte-level pre-tokenizer; the tiny vocab
     holds raw " " and "\\n", not the byte-level "Ġ" / "Ċ", so every space and newline outside the added template
-    pieces is silently dropped on encode. Fails until tiny.py builds a byte-level-alphabet vocab.
+    pieces is silently dropped on encode. Fails until tools/tiny.py builds a byte-level-alphabet vocab.
     """
     from transformers import AutoTokenizer
 
@@ -199,10 +199,10 @@ def test_fast_engine_logprobs_are_the_sampling_distributions(tiny_model_path, te
     top-p that is log_softmax(logits / T) of a forward pass over the whole sequence (grpo.token_logprobs, what the
     trainer computes), to float rounding: the decode loop's incremental KV-cache attention sums in another order.
     With top-p the nucleus is renormalised: each log-prob is the full one plus -log(nucleus mass) >= it."""
-    import train
+    from trainer import batches
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from logprobs import response_logprobs
+    from trainer.logprobs import response_logprobs
 
     tok = AutoTokenizer.from_pretrained(tiny_model_path)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
@@ -211,7 +211,7 @@ def test_fast_engine_logprobs_are_the_sampling_distributions(tiny_model_path, te
     comps = [c for g in rollout.FastEngine(model, tok).generate(prompts, 4, SamplingParams(temperature, top_p, 40)) for c in g]
     assert all(c.logprobs is not None and len(c.logprobs) == c.length for c in comps)
     p_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts for _ in range(4)]
-    batch = train.make_batch(tok, p_ids, [c.token_ids for c in comps], "cpu")
+    batch = batches.make_batch(tok, p_ids, [c.token_ids for c in comps], "cpu")
     with torch.no_grad():
         ref, _ = response_logprobs(model, batch, temperature)
     gaps = [torch.tensor(c.logprobs) - ref[i, : c.length] for i, c in enumerate(comps)]

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+import config
 import data
 import train
 
@@ -82,7 +83,7 @@ def test_checkpoints_by_default_and_the_newest_kept(tiny_model_path, tmp_path):
     out = tmp_path / "run"
     run(tiny_model_path, out, "--max-steps", "5", "--save-every", "1", "--keep-checkpoints", "2")
     assert sorted(d for d in os.listdir(out) if d.startswith("checkpoint")) == ["checkpoint-4", "checkpoint-5"]
-    assert train.Config().save_every == train.Config().eval_every > 0  # the default run leaves checkpoints behind
+    assert config.Config().save_every == config.Config().eval_every > 0  # the default run leaves checkpoints behind
 
 
 def test_sigint_during_a_step(tiny_model_path, tmp_path):

@@ -90,11 +90,11 @@ def test_exact_target_no_zero_variance_and_launch_order():
 
 
 def test_matches_round_from_groups():
-    import train
+    from trainer import collect
 
     sr = seamless.SeamlessRollout(ScriptEngine(pattern("vw")), StubScore(), G, min_wave=4, max_wave=8)
     groups = sr.collect(Prompts(), 3, SP)
-    batch = train.Round.from_groups(groups, G)
+    batch = collect.Round.from_groups(groups, G)
     assert batch.idx == [0, 2, 4] and len(batch.comps) == len(batch.rewards) == len(batch.correct) == 3 * G
     assert [g[:3] for g in batch.groups()] == [g[:3] for g in groups]
     sr.close()

@@ -1,5 +1,5 @@
-"""tiny.py: the models shipped in models/tiny-qwen2/ (math) and models/tiny-qwen2-code/ (math + code) are the ones
-tiny.py builds.
+"""tools/tiny.py: the models shipped in models/tiny-qwen2/ (math) and models/tiny-qwen2-code/ (math + code) are the ones
+tools/tiny.py builds.
 
 Run:  python -m pytest tests/test_tiny.py -q                 (a few seconds)
       python -m pytest tests/test_tiny.py -q -m slow         (the full cold-start SFTs from scratch: ~8 + 9 min on 2 cores)
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import tiny
+from tools import tiny
 
 
 def _tensors(path):
@@ -27,7 +27,7 @@ RECIPES = pytest.mark.parametrize("recipe", [tiny.TinyRecipe(), tiny.CODE_RECIPE
 @RECIPES
 def test_shipped_model_has_the_current_recipe_key(recipe):
     """A change to the recipe, the tokenizer or the task changes the key: the shipped model must be rebuilt
-    (`python tiny.py --ship [--tasks math+code]`), else get_tiny_model would silently build instead of using it."""
+    (`python -m tools.tiny --ship [--tasks math+code]`), else get_tiny_model would silently build instead of using it."""
     assert tiny.shipped_key(tiny.shipped_dir(recipe)) == recipe.key()
     rec = json.load(open(os.path.join(tiny.shipped_dir(recipe), "recipe.json")))
     assert {k: v for k, v in rec.items() if k != "key"} == {f.name: getattr(recipe, f.name) for f in
@@ -68,7 +68,7 @@ def test_shipped_tokenizer_and_initial_config_are_what_tiny_builds(recipe, tmp_p
 @pytest.mark.slow
 @RECIPES
 def test_fresh_build_reproduces_the_shipped_weights_bit_for_bit(recipe, tmp_path):
-    torch.set_num_threads(1)  # as `python tiny.py` builds it
+    torch.set_num_threads(1)  # as `python -m tools.tiny` builds it
     path = tiny.get_tiny_model(recipe, cache_dir=str(tmp_path), verbose=False, use_shipped=False)
     assert path != tiny.shipped_dir(recipe)
     built, shipped = _tensors(path), _tensors(tiny.shipped_dir(recipe))

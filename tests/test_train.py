@@ -5,8 +5,11 @@ import os
 import pytest
 import torch
 
+import config
 import data
 import train
+import trainer.setup
+from trainer import batches
 
 SMALL = ["--batch-size", "16", "--group-size", "4", "--mini-batch-size", "8", "--micro-batch-size", "4",
          "--eval-problems", "12", "--max-new-tokens", "40", "--reward-workers", "0", "--eval-every", "0"]
@@ -57,20 +60,20 @@ def test_resume_matches_uninterrupted_run(tiny_model_path, tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
 
 
-@pytest.mark.parametrize("recipe", list(train.RECIPES))
+@pytest.mark.parametrize("recipe", list(config.RECIPES))
 def test_every_recipe_runs_two_steps(trained_model_path, tmp_path, recipe):
     extra = []
     if recipe == "c3po":  # its code stage evaluates 100 problems (sandboxed); 4 here. Math then code, 1 step each
-        extra = ["--stages", train.RECIPES["c3po"]["stages"].replace("eval_problems=100", "eval_problems=4")]
+        extra = ["--stages", config.RECIPES["c3po"]["stages"].replace("eval_problems=100", "eval_problems=4")]
     hist = run(trained_model_path, tmp_path / recipe, "--recipe", recipe, "--max-steps", "2", "--max-gen-rounds", "20", *extra)
     assert len(hist) == 2 and all(r["policy/updates"] >= 0 for r in hist)
     cfg = json.load(open(tmp_path / recipe / "config.json"))
     given = {a[2:].replace("-", "_") for a in SMALL + extra if a.startswith("--")}  # flags given win over the preset
     if recipe == "c3po":
         assert [r["stage"] for r in hist] == [1, 2] and hist[1]["rollout/response_length_max"] <= 96
-    for k, v in train.RECIPES[recipe].items():
+    for k, v in config.RECIPES[recipe].items():
         assert cfg[k] == (v if k not in given else cfg[k]), (recipe, k)
-        assert k not in given or train.parse_config(["--recipe", recipe]).__dict__[k] == v, (recipe, k)
+        assert k not in given or config.parse_config(["--recipe", recipe]).__dict__[k] == v, (recipe, k)
     if cfg["dynamic_sampling"]:
         assert all(r["rollout/frac_zero_std"] == 0.0 for r in hist)  # no zero-std group reaches the update
     if recipe == "dapo":  # each round draws 3 x the step's 4 prompts (verl gen_batch_size), G = 4 each
@@ -92,7 +95,7 @@ def test_seamless_mimo_feeds_the_easy_pool(trained_model_path, tmp_path):
 
 
 def test_recipe_flag_overrides_preset():
-    cfg = train.parse_config(["--recipe", "dapo", "--clip-high", "0.25", "--no-dynamic-sampling"])
+    cfg = config.parse_config(["--recipe", "dapo", "--clip-high", "0.25", "--no-dynamic-sampling"])
     assert cfg.clip_high == 0.25 and not cfg.dynamic_sampling and cfg.loss_agg == "token-mean"
 
 
@@ -148,11 +151,11 @@ def test_split_micro_cuts_by_padded_tokens_in_length_order():
     p = [[1] * 10] * 6
     r = [[1] * 5, [1] * 64, [1] * 3, [1] * 12, [1] * 5, [1] * 40]
     # sorted by response length 3,5,5,12 | 40,64: a fifth row would pad 5 rows to 10 + 40 = 250 tokens > 200
-    assert train.split_micro(list(range(6)), p, r, 256, 200) == [[2, 0, 4, 3], [5, 1]]
-    assert train.split_micro(list(range(6)), p, r, 3, 10**6) == [[2, 0, 4], [3, 5, 1]]  # row cap still holds
-    assert train.split_micro(list(range(6)), p, r, 2, 0) == [[0, 1], [2, 3], [4, 5]]  # off: rollout order
-    assert train.split_micro([5], p, r, 4, 10) == [[5]]  # a row longer than the budget goes alone
-    assert train.split_micro([], p, r, 4, 100) == [[]]
+    assert batches.split_micro(list(range(6)), p, r, 256, 200) == [[2, 0, 4, 3], [5, 1]]
+    assert batches.split_micro(list(range(6)), p, r, 3, 10**6) == [[2, 0, 4], [3, 5, 1]]  # row cap still holds
+    assert batches.split_micro(list(range(6)), p, r, 2, 0) == [[0, 1], [2, 3], [4, 5]]  # off: rollout order
+    assert batches.split_micro([5], p, r, 4, 10) == [[5]]  # a row longer than the budget goes alone
+    assert batches.split_micro([], p, r, 4, 100) == [[]]
 
 
 @pytest.mark.parametrize("agg", ["seq-mean-token-mean", "token-mean", "seq-mean-token-sum"])
@@ -179,11 +182,11 @@ def test_length_sorted_micro_batches_give_the_one_batch_gradient(tiny_model_path
             r_ids.append(torch.randint(5, len(tok), (int(torch.randint(1, 30, (1,), generator=g)),), generator=g).tolist())
     adv = torch.randn(16, generator=g, dtype=torch.float64)
     for tokens in (0, 120):
-        cfg = train.Config(batch_size=16, group_size=4, mini_batch_size=16, micro_batch_size=16, micro_batch_tokens=tokens,
+        cfg = config.Config(batch_size=16, group_size=4, mini_batch_size=16, micro_batch_size=16, micro_batch_tokens=tokens,
                            loss_agg=agg, lr=0.0, grad_clip=1e9, max_new_tokens=32)
         train.update_policy(cfg, acc, model, None, optimizer, tok, p_ids, r_ids, adv, [False] * 16, 0.0, 0, None)
         optimizer.zero_grad(set_to_none=True)
-    assert len(train.split_micro(list(range(16)), p_ids, r_ids, 16, 120)) >= 3
+    assert len(batches.split_micro(list(range(16)), p_ids, r_ids, 16, 120)) >= 3
     assert torch.allclose(grads[0], grads[1], rtol=1e-9, atol=1e-12)
     assert grads[0].abs().sum() > 0
 
@@ -205,7 +208,7 @@ def test_entropy_coefficient_wiring_follows_hand_trace(timing, monkeypatch):
 
     import entropy
 
-    cfg = train.parse_config(["--recipe", "skywork", "--entropy-delta", "1e-3", "--entropy-timing", timing])
+    cfg = config.parse_config(["--recipe", "skywork", "--entropy-delta", "1e-3", "--entropy-timing", timing])
     ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max, timing=cfg.entropy_timing,
                                    strict=cfg.entropy_timing == "code")
     run_ = types.SimpleNamespace(cfg=cfg, ent_ctrl=ctrl, last_nll=None)
@@ -234,8 +237,8 @@ def test_entropy_timings_feed_previous_vs_current_rollout(trained_model_path, tm
 @pytest.mark.parametrize("reward,metric", [("math", "acc"), ("math-strict", "acc"), ("code", "acc"),
                                            ("code-strict", "score"), ("code-soft", "score")])
 def test_filter_metric_default_follows_the_reward(reward, metric):
-    assert train.parse_config(["--reward", reward]).filter_metric == metric
-    assert train.parse_config(["--reward", reward, "--filter-metric", "acc"]).filter_metric == "acc"
+    assert config.parse_config(["--reward", reward]).filter_metric == metric
+    assert config.parse_config(["--reward", reward, "--filter-metric", "acc"]).filter_metric == "acc"
 
 
 def test_partial_credit_groups_are_kept_by_dynamic_sampling(trained_model_path, tmp_path, monkeypatch):
@@ -244,7 +247,7 @@ def test_partial_credit_groups_are_kept_by_dynamic_sampling(trained_model_path, 
     def partial(texts, golds):
         return [0.5 * (len(t) % 2) for t in texts], [False] * len(texts), {"reward/timeouts": 0}
 
-    monkeypatch.setattr(train, "make_reward", lambda cfg, reward: partial)
+    monkeypatch.setattr(trainer.setup, "make_reward", lambda cfg, reward: partial)
     hist = run(trained_model_path, tmp_path / "score", "--dynamic-sampling", "--filter-metric", "score", "--max-steps", "1")
     assert hist[0]["rollout/accuracy"] == 0.0 and hist[0]["rollout/frac_zero_std"] == 0.0 and hist[0]["reward/std"] > 0
     with pytest.raises(SystemExit, match="^error: step 1: dynamic sampling: .*mixed correctness"):  # one error line

@@ -38,7 +38,7 @@ def model_path(request, tmp_path_factory):
     try:
         return request.getfixturevalue("tiny_model_path")  # tests/conftest.py, shared with the other tests
     except pytest.FixtureLookupError:
-        import tiny
+        from tools import tiny
 
         cache = tmp_path_factory.mktemp("tiny-model")
         return tiny.get_tiny_model(tiny.TinyRecipe(sft_steps=40), cache_dir=str(cache), verbose=False)

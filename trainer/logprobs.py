@@ -124,7 +124,7 @@ def response_logprobs(model, batch, temperature: float, with_entropy: bool = Fal
     exist; padded positions get 0. chunk_size 0: the full logits and grpo.token_logprobs (the reference).
     The swap is seen inside the wrapper's forward (DDP, FSDP2), where the LM-head weight is the gathered one.
     """
-    ids, attn, pos, resp, resp_mask, P = batch
+    ids, attn, pos, resp, P = batch.input_ids, batch.attention_mask, batch.position_ids, batch.tokens, batch.prompt_len
     if not chunk_size:
         logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits  # (N, P+R, V)
         return token_logprobs(logits[:, P - 1 : -1], resp, temperature, with_entropy)  # (N, R)
@@ -132,7 +132,7 @@ def response_logprobs(model, batch, temperature: float, with_entropy: bool = Fal
     base = base.get_base_model() if hasattr(base, "get_base_model") else base  # LoRA: the transformers model in peft's
     name = next(n for n, m in base.named_children() if m is base.get_output_embeddings())
     head = getattr(base, name)
-    setattr(base, name, LogprobHead(head, resp, resp_mask, temperature, with_entropy, chunk_size))
+    setattr(base, name, LogprobHead(head, resp, batch.mask, temperature, with_entropy, chunk_size))
     try:
         keep = torch.arange(P - 1, P - 1 + resp.shape[1], device=ids.device)  # the positions that predict the response
         out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=keep, use_cache=False).logits

@@ -1,12 +1,12 @@
 """Offline difficulty grading and filtering of training data, as the papers do it.
 
-    python grade.py --data builtin --n 300 --samples 8 --out graded.jsonl            # grade (tiny model)
-    python grade.py grade --data train.parquet --model Qwen/Qwen2.5-Math-7B --samples 16 --out graded.parquet \
+    python -m tools.grade --data builtin --n 300 --samples 8 --out graded.jsonl            # grade (tiny model)
+    python -m tools.grade grade --data train.parquet --model Qwen/Qwen2.5-Math-7B --samples 16 --out graded.parquet \
         --max-new-tokens 4096 --filter skywork                                        # grade, keep 1..15 of 16
-    python grade.py filter --data graded.jsonl --rule mimo --out kept.jsonl           # filter, no regrading
+    python -m tools.grade filter --data graded.jsonl --rule mimo --out kept.jsonl           # filter, no regrading
     python train.py --train-data kept.jsonl --recipe compass                          # train on it
-    python grade.py --data builtin-code --n 100 --samples 8 --max-new-tokens 96 --out graded.jsonl   # code
-    python grade.py --data problems.jsonl --reward code --samples 16 --out graded.jsonl --model M     # a code file
+    python -m tools.grade --data builtin-code --n 100 --samples 8 --max-new-tokens 96 --out graded.jsonl   # code
+    python -m tools.grade --data problems.jsonl --reward code --samples 16 --out graded.jsonl --model M     # a code file
     python train.py --train-data graded.jsonl --reward code --recipe compass          # train on graded code
 
 Grading: N completions per problem (temperature 1.0) from the policy to be trained, with the project's own rollout
@@ -203,7 +203,7 @@ def _read_progress(path: str, examples, header: dict) -> dict[int, Graded] | Non
             raise GradeError(f"{path}:{ln}: corrupt progress line; delete {path} to grade from scratch") from None
         if ln == 1:
             if rec.get("grade_progress") != PROGRESS_VERSION:
-                raise GradeError(f"{path}: not a grade.py progress file; delete it or choose another --out")
+                raise GradeError(f"{path}: not a tools/grade.py progress file; delete it or choose another --out")
             if rec.get("settings") != header["settings"]:
                 old, new = rec.get("settings") or {}, header["settings"]
                 diff = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
@@ -399,7 +399,7 @@ def graded_stats(rows: list[dict], locs: list[str]) -> tuple[list[int], list[int
         pr, ns_ = r.get("pass_rate"), r.get("num_samples")
         if pr is None or not isinstance(ns_, int) or isinstance(ns_, bool) or ns_ < 1:
             raise GradeError(f"{loc}: not graded (needs 'pass_rate' and an integer 'num_samples' >= 1); "
-                             f"grade it first: python grade.py grade --data ... --out ...")
+                             f"grade it first: python -m tools.grade grade --data ... --out ...")
         cs.append(round(pr * ns_))
         ns.append(ns_)
     return cs, ns
@@ -462,7 +462,7 @@ def build_parser():
 def parse_args(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("grade", "filter", "-h", "--help"):
-        argv = ["grade"] + argv  # `python grade.py --data ...` grades
+        argv = ["grade"] + argv  # `python -m tools.grade --data ...` grades
     return build_parser().parse_args(argv)
 
 
@@ -512,7 +512,7 @@ def cmd_grade(a, engine=None, tokenizer=None) -> list[dict]:
     if graded and not a.force:
         raise GradeError(f"{graded[0]}: already graded ({len(graded)} of {len(rows)} rows have pass_rate/num_samples); "
                          f"regrade with --force, or filter it without regrading: "
-                         f"python grade.py filter --data {a.data} --rule skywork|mimo|ringlite --out OUT")
+                         f"python -m tools.grade filter --data {a.data} --rule skywork|mimo|ringlite --out OUT")
     for r in rows:
         for k in GRADE_FIELDS + (("difficulty",) if a.force else ()):
             r.pop(k, None)
@@ -523,9 +523,9 @@ def cmd_grade(a, engine=None, tokenizer=None) -> list[dict]:
     engine_built = engine is None  # tests inject an engine: the math reward then checks answers in process
     if engine is None:
         torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
-        import lora
+        from trainer import lora
         import rollout
-        import tiny
+        from tools import tiny
 
         model_name = a.model or tiny.get_tiny_model(tiny.CODE_RECIPE if kind == "code" else None)
         dtype = {"auto": torch.bfloat16 if torch.cuda.is_available() else torch.float32, "float32": torch.float32,

@@ -1,7 +1,7 @@
 """LoRA through peft: a frozen base, trainable low-rank adapters, the reference model for free.
 
     python train.py --lora-rank 8                       # LoRA on every linear layer of the decoder
-    python lora.py --merge runs/default/checkpoint-40 --out merged/   # a plain model directory (base + adapter)
+    python -m trainer.lora --merge runs/default/checkpoint-40 --out merged/   # a plain model directory (base + adapter)
 
 Notable features
   * `wrap`: peft's `get_peft_model` with `LoraConfig(r, alpha, dropout, target_modules)`; default targets "all-linear"
@@ -22,8 +22,8 @@ Notable features
     copy of the weights for one step's rollouts (docs/lora.md: the measured decode cost of the adapters).
   * Checkpoints: `PeftModel.save_pretrained` writes the adapter as peft does (adapter_config.json +
     adapter_model.safetensors, loadable by peft and by vLLM's LoRA loader); train.py adds the tokenizer and its
-    trainer_state.pt (optimizer over the adapter parameters, RNG). `load_for_inference` gives evaluate.py / grade.py a
-    plain merged model from such a directory; `python lora.py --merge` writes one.
+    trainer_state.pt (optimizer over the adapter parameters, RNG). `load_for_inference` gives evaluate.py / tools/grade.py a
+    plain merged model from such a directory; `python -m trainer.lora --merge` writes one.
   * `--load-in-4bit` (QLoRA): the base NF4-quantised by bitsandbytes at load time (bitsandbytes 0.50.2 also runs it
     on CPU, measured here, at reduced speed). 4-bit weights cannot be merged exactly, so QLoRA rolls out with the
     project's engines ('fast', 'hf') from the adapted model; an adapter-only sync to vLLM is not implemented.
@@ -139,7 +139,7 @@ def wrap(model, cfg, resume_from: str | None = None, model_path: str = ""):
 class Reference(torch.nn.Module):
     """pi_ref = the peft model with its adapter disabled (the frozen base), called like a model.
 
-    `module` is the (unwrapped) peft model: train.response_logprobs swaps the LM head on it for the chunked log-prob
+    `module` is the (unwrapped) peft model: trainer.logprobs.response_logprobs swaps the LM head on it for the chunked log-prob
     head, as for the policy. Use under torch.no_grad()."""
 
     def __init__(self, peft_model):
@@ -245,7 +245,7 @@ def _without_lora(peft_model):
 
 
 def load_any(path: str, dtype, flag: str = "--model"):
-    """(model, tokenizer, engine path) for evaluate.py / grade.py: a model directory or hub name as rollout.load_model
+    """(model, tokenizer, engine path) for evaluate.py / tools/grade.py: a model directory or hub name as rollout.load_model
     loads it, or a LoRA checkpoint merged onto its base (the engine path is then the base's: vLLM starts from it and
     receives the merged weights)."""
     from rollout import load_model

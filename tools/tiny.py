@@ -15,15 +15,15 @@ Notable features
     rebuilt only when missing or when its recipe changes.
   * Shipped: the default recipe's model (4 MB) is in the repository, `models/tiny-qwen2/`, so a first
     `python train.py` starts RL at once instead of spending ~8 minutes (2 cores) on the SFT. It is exactly
-    what this file builds: `python tiny.py --ship` rebuilds it from scratch and writes it there, and
+    what this file builds: `python -m tools.tiny --ship` rebuilds it from scratch and writes it there, and
     `tests/test_tiny.py` checks that its recipe key is the current one (fast) and that a fresh build gives the
     same weights, bit for bit (slow: the full SFT). The build is deterministic on one machine (seeded, 1
     thread); another CPU (other SIMD kernels) may round differently, so that test is meaningful where the
     model was built, and `get_tiny_model(use_shipped=False)` always builds.
 
-Run:  python tiny.py            # find (shipped or cached) or build the default tiny model; prints its path
-      python tiny.py --ship     # rebuild the default model from scratch and write it to models/tiny-qwen2/
-      python tiny.py --ship --tasks math+code   # the code model (math and code SFT) -> models/tiny-qwen2-code/
+Run:  python -m tools.tiny            # find (shipped or cached) or build the default tiny model; prints its path
+      python -m tools.tiny --ship     # rebuild the default model from scratch and write it to models/tiny-qwen2/
+      python -m tools.tiny --ship --tasks math+code   # the code model (math and code SFT) -> models/tiny-qwen2-code/
 """
 from __future__ import annotations
 
@@ -190,7 +190,7 @@ def default_dir() -> str:
     return root
 
 
-SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "tiny-qwen2")
+SHIPPED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "tiny-qwen2")
 SHIPPED_CODE_DIR = SHIPPED_DIR + "-code"  # CODE_RECIPE's model
 
 

@@ -1,0 +1,400 @@
+"""The run's settings: every flag of train.py, the papers' recipes, their checks and the command line.
+
+    python train.py --help                      # every flag, by group, with its meaning, default and choices
+    python train.py --recipe dapo --lr 3e-6     # a recipe sets a paper's defaults; a flag given still wins
+
+Each field of `Config` is declared once, with everything about it: its --help group, default, help text, choices and
+check (`flag(GROUP, default, help, choices=..., check=...)`); `build_parser` makes the command line from the fields and
+`Config.validate` runs the fields' own checks, then the rules that relate two or more flags. Adding a flag is one
+edit here (and reading it where it acts). `RECIPES` holds each paper's choices, `parse_config` applies a recipe, LoRA's
+learning-rate default and a resumed run's saved settings (runs.py), in that order.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from dataclasses import dataclass, field
+
+import data
+import grpo
+import runs
+
+
+# Each paper's choices (the papers' sections named per line), lengths and batch sizes scaled to the built-in task
+# (responses of 10-50 tokens, 32 prompts x 8 = 256 responses per step; the papers generate 4K-32K tokens for 512 x 16).
+# Anything not listed keeps the Config default (GRPO): reward 1/0, eps 0.2/0.2, one update per rollout (mu = 1),
+# --filter-metric auto (correctness; the partial scores under code-strict / code-soft), greedy + avg@4 evaluation.
+# mu (updates per rollout) = batch_size / mini_batch_size: DAPO, MiMo and Compass make 16 (mini-batch = 1/16 of the
+# rollout: 512 of 8192 responses in DAPO's verl script, 32 of 512 prompts in MiMo, 32 of 128 in Compass), scaled
+# here to mini-batches of 16 of the 256 responses. Measured on the built-in task at the default lr 1e-4: mu = 16
+# still learns and clip-higher acts (clip fractions > 0 on every step; README "Recipes").
+MU16 = dict(mini_batch_size=16)
+RECIPES = {
+    # Prompt templates (--template): only DAPO names one (its README: the 'Answer:' line, read by --reward math-dapo;
+    # --template dapo --reward math-dapo). The other papers do not print theirs [unspecified]: their recipes keep
+    # 'auto' (the tokenizer's chat template, else plain) and the \boxed{} reward, so that the recipes compare.
+    "grpo": {},  # DeepSeekMath GRPO without KL (add --kl-coef 0.04 for the original)
+    "dapo": dict(  # DAPO Sec. 3, Alg. 1 and verl's recipe/dapo scripts
+        algorithm="dapo", wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, overlong_buffer=16,
+        **MU16,  # 16 updates per rollout (train batch 512 prompts x 16, ppo_mini_batch_size 32 prompts)
+        gen_batch_factor=3,  # verl recipe/dapo: gen_batch_size 1536 = 3 x train_batch_size 512, up to 10 rounds
+        eval_temperature=1.0, eval_top_p=0.7),  # Sec. 4.1: avg@32 at T = 1.0, top-p 0.7
+    "c3po": dict(  # Ring-lite Sec. 3.2, 4.1: token budget, KL 1e-3, entropy bonus 5e-4, 1/0 reward; on-policy (mu = 1:
+        # the paper's "minibatch 2" is unexplained and Phi tokens per update is the budget's own unit)
+        algorithm="c3po", token_budget=4096, kl_coef=1e-3, entropy_coef=5e-4, eval_temperature=1.0, eval_top_p=0.95,  # Table 1: T 1.0, top-p 0.95
+        # Sec. 3.4 two-stage RL: math first, then code (+ science, not built in) with the length limit raised (24K -> 32K
+        # there, 64 -> 96 tokens here); code scores 1 only when every test passes. The steps split evenly (--max-steps)
+        stages="data=builtin-math reward=math max_new_tokens=64; "
+               "data=builtin-code reward=code max_new_tokens=96 eval_problems=100"),
+    "skywork": dict(  # Skywork-OR1 MAGIC Sec. 3: token-mean, no KL, adaptive entropy, rejection sampling, stages;
+        # its verifier's format rule (Sec. 7.1): the last \boxed{} or nothing
+        algorithm="dapo", reward="math-strict", loss_agg="token-mean", adaptive_entropy=True, rejection_sampling=True, curriculum="skywork",
+        mini_batch_size=128,  # N_SGD = 2: Math-7B's Table 10 (batch 256, mini-batch 128), whose stages the curriculum follows
+        # (OR1-7B / 32B ran N_SGD = 1); eps 0.2/0.2; adaptive entropy with its released code's timing (--entropy-timing)
+        online_filter=True,  # Sec. 3.1: at each stage start, drop prompts solved perfectly in the previous stage
+        eval_temperature=1.0, eval_top_p=1.0),  # Table 13: avg@32 (AIME) at T = 1, top-p 1
+    "mimo": dict(  # MiMo Sec. 3.3: DAPO-style loss, dynamic sampling, easy-data resampling alpha = 0.1; eps unstated
+        # [unspecified]: DAPO's 0.2/0.28; filter on the partial scores with its code rewards (--filter-metric auto)
+        algorithm="dapo", clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, easy_pool_alpha=0.1,
+        **MU16,  # batch 512, actor mini-batch 32: 16 gradient updates per iteration (Sec. 3.3.3)
+        eval_temperature=0.6, eval_top_p=0.95),  # Tables 4-6: T 0.6, top-p 0.95
+    "compass": dict(  # Compass-Thinker Sec. 3-4: +-1 reward, DAPO-style loss, dynamic sampling, easy -> hard stages;
+        # eps unstated [unspecified]: DAPO's 0.2/0.28. No online filter: dropping prompts solved in the previous stage is
+        # Skywork-OR1's, not Compass-Thinker's. Evaluation: Sec. 4.3 gives no decoding settings [unspecified]: the
+        # training T = 1.0, top-p 1.0 (the defaults)
+        algorithm="dapo", wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, curriculum="compass",
+        **MU16),  # Sec. 4.1: batch 128, actor mini-batch 32, 16 gradient updates per iteration
+}
+
+
+# --help groups, in this order
+DATA = "model and data"
+RUN = "run directory, checkpoints, resume"
+ROLLOUT = "rollout"
+REWARD = "reward"
+LOSS = "loss"
+OPTIM = "optimisation"
+RECIPE = "recipe techniques (--recipe NAME sets a paper's; a flag given still wins)"
+SCALE = "memory and scale"
+EVAL = "evaluation and logging"
+GROUPS = (DATA, RUN, ROLLOUT, REWARD, LOSS, OPTIM, RECIPE, SCALE, EVAL)
+REWARDS = ("math", "math-strict", "math-dapo", "code", "code-strict", "code-soft")
+
+
+def flag(group: str, default, help: str, choices: tuple | None = None, check=None):
+    """A Config field: its --help group, default and text, the values it may take (shown in --help, checked), and
+    `check(value)`, which returns what is wrong with a value (falsy when nothing is)."""
+    return field(default=default, metadata={"group": group, "help": help, "choices": choices, "check": check})
+
+
+def at_least(lo, note: str = ""):
+    return lambda v: v < lo and f"must be >= {lo}{' ' + note if note else ''}, got {v}"
+
+
+def tracker_installed(name: str):
+    import importlib.util
+
+    return name != "none" and importlib.util.find_spec(name) is None and \
+        f"the {name} package is not installed (pip install {name})"
+
+
+@dataclass
+class Config:
+    # --- model and data ---
+    model: str = flag(DATA, "", "model path or hub name; empty = the built-in tiny Qwen2 (built offline and cached on first use)")
+    train_data: str = flag(DATA, "builtin", "'builtin' (the built-in task of the reward's kind: math, or with a code reward code), "
+                                            "'builtin-math', 'builtin-code', or a .jsonl/.json/.parquet file or hub dataset name")
+    eval_data: str = flag(DATA, "builtin", "'builtin' (held-out split of the built-in task of the reward's kind), 'builtin-math', "
+                                           "'builtin-code', or a file / hub dataset name")
+    eval_split: str = flag(DATA, "test", "split to use when --eval-data is a hub dataset")
+    train_problems: int = flag(DATA, 0, "use only the first N training problems (0 = all; the built-in tasks draw 20,000): a small pool "
+                                        "is seen for several epochs, as the papers' data is",
+                               check=at_least(0, "(0 = all)"))
+    template: str = flag(DATA, "auto", "prompt template (data.TEMPLATES): auto (the tokenizer's chat template if it has one, else plain; "
+                                       "with --reward math-dapo, dapo), chat, plain, qwen-math (Qwen2.5-Math's system prompt), "
+                                       "r1-zero (DeepSeek-R1-Zero's), dapo (DAPO's 'Answer:' line)",
+                         choices=tuple(data.TEMPLATES))
+    system_prompt: str = flag(DATA, "", "system prompt for the chat templates (a first paragraph for the plain ones)")
+    stop: str = flag(DATA, "", "stop strings, '||'-separated, backslash escapes read (e.g. '</answer>||\\nUser:'): a response ends "
+                               "right after the token that completes one, the string kept. Stop tokens need no flag: the "
+                               "tokenizer's EOS, the model's generation_config EOS list and the chat template's end of turn")
+    # --- run directory, checkpoints, resume ---
+    output_dir: str = flag(RUN, "runs/default", "run directory (metrics, curves, samples, checkpoints, summary)")
+    max_steps: int = flag(RUN, 40, "number of RL steps (one step = one rollout batch)",
+                          check=at_least(1))
+    seed: int = flag(RUN, 0, "seed for data order, sampling and initialisation: same seed, same run")
+    save_every: int = flag(RUN, 20, "checkpoint every N steps and at the end (0 = only at the end); Ctrl-C loses the steps since the last",
+                           check=at_least(0))
+    keep_checkpoints: int = flag(RUN, 2, "keep the newest N checkpoints (0 = all)",
+                                 check=at_least(0))
+    overwrite: bool = flag(RUN, False, "replace the run already in --output-dir (without it, a new run there stops with an error)")
+    resume: str = flag(RUN, "", "checkpoint directory to resume from, or 'auto' for the newest in --output-dir (none: start fresh). "
+                                "The checkpoint's settings are the run's: flags that would change the run are refused (runs.py)")
+    resume_override: bool = flag(RUN, False, "with --resume: apply flags that change the run anyway, one warning line each (the "
+                                             "model, data, recipe, seed and evaluation still cannot change)")
+    # --- rollout ---
+    rollout: str = flag(ROLLOUT, "fast", "generation engine: 'fast' (rollout.FastEngine: transformers' forward in a plain decode loop, the "
+                                         "samples of 'hf' token for token, ~4x faster on the tiny model), 'hf' (transformers generate, the reference) or "
+                                         "'vllm' (colocated in each training process)",
+                        choices=("fast", "hf", "vllm"))
+    rollout_lag: int = flag(ROLLOUT, 0, "K: generate batch k+1 with theta_k while the update runs on batch k (async_rollout.py: a "
+                                        "producer thread with its own copy of the policy; batch j is always generated by theta_{j-K}; "
+                                        "the loss clips on pi_theta/pi_prox, weighted by min(pi_prox/pi_behav, --tis-cap)); 0 = the "
+                                        "synchronous loop; 1 on one process with the fast or hf engine",
+                            check=lambda v: v not in (0, 1) and f"must be 0 or 1, got {v} (one producer: a lag of 2 would overlap nothing more)")
+    rollout_worker: str = flag(ROLLOUT, "thread", "--rollout-lag's producer: 'thread' (overlaps the update) or 'inline' (the same "
+                                                  "code run at the sync point, sequentially: the reference the thread must equal)",
+                               choices=("thread", "inline"))
+    batch_size: int = flag(ROLLOUT, 256, "responses per step (prompts x group size); must be divisible by --group-size")
+    group_size: int = flag(ROLLOUT, 8, "G: completions per prompt (>= 2)",
+                           check=lambda v: v < 2 and f"must be >= 2 (a group-relative baseline needs at least two samples), got {v}")
+    temperature: float = flag(ROLLOUT, 1.0, "sampling temperature (all five papers use 1.0 for training)")
+    top_p: float = flag(ROLLOUT, 1.0, "nucleus sampling top-p for training rollouts")
+    max_new_tokens: int = flag(ROLLOUT, 64, "maximum response length in tokens (responses hitting it are 'truncated')")
+    vllm_gpu_memory_utilization: float = flag(ROLLOUT, 0.3, "vLLM on GPU: share of GPU memory for its weights and KV cache "
+                                                            "(the rest is the trainer's; TRL moved its default 0.9 -> 0.3 after OOM reports)")
+    vllm_sleep: bool = flag(ROLLOUT, False, "vLLM on GPU: sleep the engine (free its KV cache) during the optimizer updates")
+    tis_cap: float = flag(ROLLOUT, 0.0, "truncated importance sampling (rollout.tis_weights): each token's surrogate term is weighted by "
+                                        "min(pi_old / pi_engine, cap), correcting for the engine sampling from a slightly different "
+                                        "distribution than the trainer's (other kernels, bf16); 0 = off; needs an engine that returns "
+                                        "log-probs (--rollout vllm). TRL's vllm_importance_sampling_cap; 2.0 is a common cap",
+                          check=lambda v: (v < 0 or 0 < v < 1) and f"must be 0 (off) or >= 1, got {v}")
+    # --- reward ---
+    reward: str = flag(REWARD, "math", "reward: 'math' (the final answer wherever a careful grader looks, math-verify equivalence), "
+                                        "'math-strict' (last \\boxed{} only: Skywork-OR1's format rule), 'math-dapo' (DAPO's 'Answer:' line "
+                                        "and prompt), or code modes 'code' (all tests pass), 'code-strict', 'code-soft' (MiMo); see reward.py",
+                       choices=REWARDS)
+    correct_reward: float = flag(REWARD, 1.0, "reward of a correct answer")
+    wrong_reward: float = flag(REWARD, 0.0, "reward of a wrong answer (-1 for DAPO / Compass-Thinker, 0 for Ring-lite / Skywork / MiMo)")
+    reward_timeout: float = flag(REWARD, 5.0, "seconds of wall time for one answer's whole check; the worker that overruns is killed and the answer scores --wrong-reward",
+                                 check=lambda v: v <= 0 and f"must be > 0 seconds, got {v}")
+    reward_workers: int = flag(REWARD, 2, "processes verifying answers in parallel (0 = in the training process)")
+    # --- loss ---
+    loss_agg: str = flag(LOSS, "seq-mean-token-mean", "loss aggregation: seq-mean-token-mean (GRPO), token-mean (DAPO), seq-mean-token-sum",
+                         choices=grpo.LOSS_AGG)
+    clip_low: float = flag(LOSS, 0.2, "eps_low: ratio clipped below at 1 - eps_low")
+    clip_high: float = flag(LOSS, 0.2, "eps_high: ratio clipped above at 1 + eps_high (DAPO clip-higher: 0.28)")
+    kl_coef: float = flag(LOSS, 0.0, "beta: weight of the k3 KL to the initial (reference) model; 0 = no reference model")
+    scale_adv_by_std: bool = flag(LOSS, True, "divide advantages by the group std (GRPO); off = Dr. GRPO's mean-only baseline")
+    # --- optimisation ---
+    lr: float = flag(OPTIM, 1e-4, "AdamW learning rate; 1e-4 suits the 1M-parameter tiny model (the papers use 1e-6 to 3e-6 for 7B-32B)")
+    warmup_steps: int = flag(OPTIM, 5, "linear LR warm-up, in optimizer updates, then constant (DAPO)")
+    weight_decay: float = flag(OPTIM, 0.0, "AdamW weight decay")
+    grad_clip: float = flag(OPTIM, 1.0, "max global grad norm")
+    mini_batch_size: int = flag(OPTIM, 256, "responses per optimizer update; mu = epochs x batch_size / mini_batch_size")
+    epochs: int = flag(OPTIM, 1, "passes over each rollout batch (N_reuse)")
+    # --- recipe techniques (--recipe NAME sets a paper's; a flag given still wins) ---
+    recipe: str = flag(RECIPE, "grpo", "preset of a paper's settings: " + ", ".join(RECIPES) + " (see RECIPES in config.py and the README)",
+                       choices=tuple(RECIPES))
+    algorithm: str = flag(RECIPE, "grpo", "the idea file whose advantages and policy loss the run calls: grpo (grpo.py), dapo "
+                                          "(dapo.py: clip-higher, token-level loss, overlong filter), c3po (c3po.py: the token budget, "
+                                          "needed by --token-budget); each recipe sets its paper's",
+                          choices=("grpo", "dapo", "c3po"))
+    dynamic_sampling: bool = flag(RECIPE, False, "DAPO: keep only groups with mixed correctness (or scores: --filter-metric), regenerating until the batch is full")
+    max_gen_rounds: int = flag(RECIPE, 10, "DAPO: cap on generation rounds per step under dynamic sampling (<= 0: no cap)")
+    filter_metric: str = flag(RECIPE, "auto", "what dynamic sampling / the seamless scheduler call a mixed group (verl filter_groups.metric): "
+                                              "'acc' (correctness differs), 'score' (the verifier's unshaped reward differs: partial credit), "
+                                              "'auto' = score for --reward code-strict / code-soft (MiMo's partial-credit rewards), else acc",
+                              choices=("auto", "acc", "score"))
+    gen_batch_factor: int = flag(RECIPE, 1, "DAPO: prompts drawn per dynamic-sampling round, as a multiple of the step's prompts "
+                                            "(verl's DAPO recipe: gen_batch_size = 3 x train_batch_size; the dapo recipe sets 3)",
+                                 check=at_least(1))
+    seamless: bool = flag(RECIPE, False, "MiMo: seamless rollout for --dynamic-sampling (seamless.py): launches sized by the pass-rate estimate (continuous batching with --rollout vllm, waves with hf), scoring overlapped with generation, FIFO early termination; with N processes each collects its share of the batch")
+    seamless_max_wave: int = flag(RECIPE, 0, "MiMo seamless rollout: cap on prompts per wave (0 = half the step's prompts)")
+    overlong_buffer: int = flag(RECIPE, 0, "DAPO: L_cache of the soft overlong punishment (Eq. 13; L_max = --max-new-tokens); 0 = off")
+    overlong_filter: bool = flag(RECIPE, False, "DAPO: mask the loss of truncated responses (overlong filtering)")
+    token_budget: int = flag(RECIPE, 0, "C3PO: Phi, training tokens per optimizer update (constant 1/Phi normaliser); 0 = off")
+    entropy_coef: float = flag(RECIPE, 0.0, "static entropy bonus alpha (Ring-lite: 5e-4)")
+    adaptive_entropy: bool = flag(RECIPE, False, "Skywork-OR1: adaptive entropy control towards --entropy-target")
+    entropy_target: float = flag(RECIPE, 0.2, "Skywork-OR1: target entropy (the sampled-token NLL of a rollout; which rollout: --entropy-timing)")
+    entropy_delta: float = flag(RECIPE, 1e-4, "Skywork-OR1: coefficient step Delta per training step")
+    entropy_max: float = flag(RECIPE, 5e-3, "Skywork-OR1: upper clamp of the entropy coefficient")
+    entropy_timing: str = flag(RECIPE, "code", "Skywork-OR1: 'code' (released trainer: c updated with the previous rollout's estimate, then "
+                                               "alpha_k = c_k * 1{e_{k-1} < tgt}) or 'paper' (Eq. 3.2: alpha_k = c_k * 1{e_k <= tgt} with this "
+                                               "rollout's estimate, one extra forward pass, then c_{k+1} from e_k)",
+                               choices=("code", "paper"))
+    rejection_sampling: bool = flag(RECIPE, False, "Skywork-OR1: drop zero-advantage groups, no refill (the batch shrinks)")
+    easy_pool_alpha: float = flag(RECIPE, 0.0, "MiMo: all-correct prompts move to an easy pool, drawn with this probability per slot; 0 = off")
+    drop_solved: bool = flag(RECIPE, False, "all-correct prompts leave the prompt pool for good (no easy pool, no return): the outright "
+                                            "removal MiMo's easy pool replaces (resample.EasyPool with alpha 0, no refresh)")
+    curriculum: str = flag(RECIPE, "", "staged training: 'skywork' (growing response length) or 'compass' (easy -> hard levels); '' = off",
+                           choices=("", "skywork", "compass"))
+    online_filter: bool = flag(RECIPE, False, "Skywork-OR1: with --curriculum, drop at each stage start the prompts whose last group in "
+                                              "the previous stage was all correct (the skywork recipe turns it on; Compass-Thinker has none)")
+    stages: str = flag(RECIPE, "", "stages of one run (Ring-lite's math -> code RL), ';'-separated, each 'key=value ...' with keys "
+                                   "data (train data), reward, max_new_tokens, steps, eval (eval data), eval_problems; what a stage "
+                                   "leaves out comes from the flags. Stages without steps share the rest of --max-steps equally. "
+                                   "Optimizer, reference model, entropy controller and step count carry over; each data set keeps "
+                                   "its own prompt order; evaluation covers every stage's held-out set. '' = one stage from "
+                                   "--train-data, --reward, --max-new-tokens (the c3po recipe sets math then code)")
+    # --- memory and scale ---
+    micro_batch_size: int = flag(SCALE, 256, "responses per forward/backward (gradient accumulation inside a mini-batch)")
+    micro_batch_tokens: int = flag(SCALE, 4096, "padded tokens per forward/backward: a mini-batch is sorted by length and cut into "
+                                                "micro-batches of at most this many (and at most --micro-batch-size responses), so a "
+                                                "few long responses do not pad every row to their length; 0 = off (rollout order)",
+                                   check=at_least(0))
+    dtype: str = flag(SCALE, "auto", "precision policy: auto (bf16-mixed on GPU, float32 on CPU); float32; bf16-mixed (fp32 weights, "
+                                     "gradients and AdamW states, bf16 autocast forward, fp32 log-softmax); bfloat16 (all bf16, "
+                                     "8 B/param: AdamW steps smaller than ~1/256 of a weight round away, e.g. at lr 1e-6)",
+                      choices=("auto", "float32", "bf16-mixed", "bfloat16"))
+    logprob_chunk: int = flag(SCALE, 256, "LM-head rows per chunk for the log-probs (logprobs.chunked_token_logprobs): the update never holds "
+                                          "more than chunk x vocab logits; 0 = full logits (micro-batch x (P+R) x vocab, the reference)",
+                              check=at_least(0, "(0 = full logits)"))
+    gradient_checkpointing: bool = flag(SCALE, False, "recompute each decoder layer in the backward (HF gradient checkpointing, "
+                                                      "non-reentrant): keeps one hidden state per layer and token, ~1/3 more compute")
+    fsdp: bool = flag(SCALE, False, "shard weights, gradients and AdamW states over the processes: FSDP2 through Accelerate, one unit "
+                                    "per decoder layer (= accelerate launch --config_file configs/fsdp.yaml); see docs/multi_gpu.md")
+    threads: int = flag(SCALE, 1, "CPU threads for torch (0 = torch's default). 1 by default: the tiny model gains little from more, "
+                                  "and an OpenMP pool sharing its cores with other work ran 30x slower here (measured)")
+    lora_rank: int = flag(SCALE, 0, "LoRA rank r (trainer/lora.py, peft): train low-rank adapters on a frozen base; 0 = full fine-tuning. With "
+                                    "LoRA the --lr default is 10x full fine-tuning's (TRL's 'LoRA without regret'), the reference "
+                                    "model is the base (adapter disabled, no second copy) and checkpoints hold the adapter")
+    lora_alpha: int = flag(SCALE, 32, "LoRA alpha: adapters scaled by alpha / r (32: verl's GRPO-LoRA baselines and 'LoRA without regret')")
+    lora_dropout: float = flag(SCALE, 0.0, "dropout on the adapters' input (0: verl's and TRL's GRPO-LoRA examples)")
+    lora_targets: str = flag(SCALE, "all-linear", "modules that get adapters: 'all-linear' (every linear layer of the decoder, not "
+                                                  "the LM head) or comma-separated names, e.g. q_proj,k_proj,v_proj,o_proj")
+    load_in_4bit: bool = flag(SCALE, False, "QLoRA: the frozen base's linear layers in 4-bit NF4 (bitsandbytes: pip install -e '.[qlora]'; "
+                                             "runs on CPU too, slowly); needs --lora-rank; with --rollout vllm, --lora-vllm-sync adapter")
+    lora_vllm_sync: str = flag(SCALE, "merged", "LoRA with --rollout vllm: 'merged' (the adapters merged out of place in fp32 into the "
+                                                "base's weights, loaded into vLLM each step) or 'adapter' (vLLM keeps its base weights "
+                                                "and serves the adapter through its LoRA support: a smaller sync, a slower decode)",
+                               choices=("merged", "adapter"))
+    # --- evaluation and logging ---
+    eval_every: int = flag(EVAL, 20, "evaluate on held-out data every N steps (0 = only before and after)")
+    eval_problems: int = flag(EVAL, 400, "number of held-out problems for greedy accuracy")
+    eval_samples: int = flag(EVAL, 4, "k: sampled completions per held-out problem for avg@k and pass@k, at the first and the final "
+                                      "evaluation only (intermediate ones are greedy); 0 = greedy only. The papers use k = 32 on AIME",
+                             check=at_least(0))
+    eval_temperature: float = flag(EVAL, 1.0, "sampling temperature of avg@k / pass@k (DAPO, Skywork, Ring-lite 1.0; MiMo 0.6)")
+    eval_top_p: float = flag(EVAL, 1.0, "top-p of avg@k / pass@k (DAPO 0.7, Ring-lite and MiMo 0.95, Skywork 1.0)")
+    report_to: str = flag(EVAL, "none", "experiment tracker through Accelerate: tensorboard (OUTPUT_DIR/tensorboard), wandb, none; "
+                                        "the config is logged once, every metrics.jsonl row each step",
+                          choices=("none", "tensorboard", "wandb"), check=tracker_installed)
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        """--stop as strings: split on '||', backslash escapes ('\\n') read."""
+        import codecs
+
+        return tuple(codecs.decode(x, "unicode_escape") for x in self.stop.split("||") if x) if self.stop else ()
+
+    def validate(self):
+        """Each field's own choices and check, then the rules between flags; a bad value -> one `error:` line."""
+        def bad(flag, msg):
+            raise SystemExit(f"error: --{flag}: {msg}")
+
+        for f in dataclasses.fields(self):
+            v, choices, check = getattr(self, f.name), f.metadata["choices"], f.metadata["check"]
+            if choices is not None and v not in choices:
+                bad(f.name.replace("_", "-"), f"{v!r} is not one of {', '.join(c or repr(c) for c in choices)}")
+            msg = check(v) if check else None
+            if msg:
+                bad(f.name.replace("_", "-"), msg)
+        self.check_relations(bad)
+
+    def check_relations(self, bad):
+        """The rules that relate two or more flags."""
+        from trainer import lora
+        from trainer.stages import filter_metric_for, parse_stages
+
+        if self.batch_size % self.group_size:
+            bad("batch-size", f"{self.batch_size} is not divisible by --group-size {self.group_size}")
+        if self.batch_size % self.mini_batch_size:
+            bad("mini-batch-size", f"{self.mini_batch_size} does not divide --batch-size {self.batch_size}")
+        if self.mini_batch_size % self.micro_batch_size and self.micro_batch_size < self.mini_batch_size:
+            bad("micro-batch-size", f"{self.micro_batch_size} does not divide --mini-batch-size {self.mini_batch_size}")
+        if self.token_budget and self.algorithm != "c3po":
+            bad("token-budget", "is C3PO's (c3po.py): add --algorithm c3po (the c3po recipe sets it)")
+        if self.rollout_lag:
+            clash = [f for f, on in (("--rollout vllm", self.rollout == "vllm"), ("--fsdp", self.fsdp), ("--seamless", self.seamless),
+                                     ("--load-in-4bit", self.load_in_4bit)) if on]
+            if clash:
+                bad("rollout-lag", f"cannot be combined with {', '.join(clash)} yet (async_rollout.py: one process, "
+                                   "a producer with its own full-precision copy of the model and the fast or hf engine)")
+            if self.tis_cap <= 0:
+                bad("tis-cap", "must be > 0 with --rollout-lag (the decoupled loss weights each token by min(pi_prox/pi_behav, cap))")
+        if self.curriculum and (self.easy_pool_alpha or self.drop_solved):
+            bad("curriculum", "cannot be combined with --easy-pool-alpha / --drop-solved (both choose the prompts)")
+        if self.drop_solved and self.easy_pool_alpha:
+            bad("drop-solved", "replaces the easy pool: give --drop-solved or --easy-pool-alpha, not both")
+        if self.online_filter and not self.curriculum:
+            bad("online-filter", "acts at curriculum stage starts: add --curriculum (or a recipe that has one)")
+        if self.tis_cap and self.rollout != "vllm" and not self.rollout_lag:
+            bad("tis-cap", "needs the sampling log-probs of --rollout vllm, or --rollout-lag 1 (the HF and fast engines "
+                           "sample from the trainer's own model: nothing to correct)")
+        if self.filter_metric == "auto" and not self.stages:  # resolved here, so config.json records what the run used
+            self.filter_metric = filter_metric_for(self, self.reward)  # (with --stages: per stage, filter_metric_for)
+        if self.seamless and not self.dynamic_sampling:
+            bad("seamless", "is a scheduler for dynamic sampling: add --dynamic-sampling (or a recipe that has it)")
+        if self.eval_samples and not (self.eval_temperature > 0 and 0 < self.eval_top_p <= 1):
+            bad("eval-temperature", f"sampled evaluation needs temperature > 0 and 0 < top-p <= 1, got "
+                                    f"{self.eval_temperature} and {self.eval_top_p}")
+        if self.stages:
+            if self.train_data != "builtin":
+                bad("train-data", "the run has --stages (the c3po recipe sets math then code): give each stage's data "
+                                  "there, or --stages '' for one stage")
+            if self.curriculum or self.easy_pool_alpha or self.drop_solved or self.seamless:
+                bad("stages", "cannot be combined with --curriculum, --easy-pool-alpha, --drop-solved or --seamless (each "
+                              "chooses the prompts)")
+        parse_stages(self)  # errors name the stage and the key
+        if self.fsdp and (self.dynamic_sampling or self.seamless):
+            bad("fsdp", "cannot be combined with --dynamic-sampling / --seamless: their generation rounds differ between "
+                        "processes, and under FSDP every forward pass is a collective")
+        if self.lora_rank:
+            lora.validate(self, bad)
+        elif self.load_in_4bit:
+            bad("load-in-4bit", "QLoRA trains adapters on the 4-bit base: it needs --lora-rank R > 0")
+
+
+def build_parser(description: str = "") -> argparse.ArgumentParser:
+    """train.py's flags: one per Config field, by group, each with its help, choices and default."""
+    ap = data.ArgParser(prog="train.py", description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
+                        usage="python train.py [--flag value ...]   (the flags below, by group; a recipe sets defaults)")
+    for title in GROUPS:
+        group = ap.add_argument_group(title)
+        for f in [f for f in dataclasses.fields(Config) if f.metadata["group"] == title]:
+            flag = "--" + f.name.replace("_", "-")
+            if f.type in ("bool", bool):
+                group.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=f.metadata["help"])
+                continue
+            typ = {"int": int, "float": float, "str": str}[f.type if isinstance(f.type, str) else f.type.__name__]
+            shown = repr(f.default) if f.default == "" else f.default
+            choices = f.metadata["choices"]
+            group.add_argument(flag, type=typ, default=f.default, help=f.metadata["help"] + f" (default: {shown})",
+                               metavar="{" + ",".join(c or "''" for c in choices) + "}" if choices else None)
+    return ap
+
+
+def parse_config(argv=None, description: str = "") -> Config:
+    """The run's Config: the command line over the recipe's defaults (over LoRA's and --rollout-lag's), or, with
+    --resume, the checkpoint's saved settings with the flags given checked against them (runs.resume_settings)."""
+    ap = build_parser(description)
+    recipe = vars(ap.parse_known_args(argv)[0])["recipe"]
+    if recipe not in RECIPES:
+        raise SystemExit(f"error: --recipe: {recipe!r} is not one of {', '.join(RECIPES)}")
+    ap.set_defaults(**RECIPES[recipe])  # a recipe changes defaults; flags given on the command line still win
+    if vars(ap.parse_known_args(argv)[0])["lora_rank"]:  # LoRA: its own lr default (lora.LR_SCALE x full fine-tuning's)
+        from trainer import lora
+
+        ap.set_defaults(lr=ap.get_default("lr") * lora.LR_SCALE)
+    if vars(ap.parse_known_args(argv)[0])["rollout_lag"]:  # off-policy by one step: the decoupled loss's cap (2.0)
+        ap.set_defaults(tis_cap=ap.get_default("tis_cap") or 2.0)
+    ns = vars(ap.parse_args(argv))
+    cfg = Config(**ns)
+    ckpt = runs.resolve_resume(cfg.resume, cfg.output_dir) if cfg.resume else None
+    if ckpt:  # the checkpoint's settings are the run's; the flags given on the command line are checked against them
+        unset = object()
+        ap.set_defaults(**{k: unset for k in ns})
+        given = {k: v for k, v in vars(ap.parse_args(argv)).items() if v is not unset}
+        given.setdefault("output_dir", cfg.output_dir if cfg.resume == "auto" else os.path.dirname(ckpt.rstrip("/")))
+        saved = runs.saved_config(ckpt)
+        if "algorithm" not in saved:  # a checkpoint from before --algorithm: the file its run called
+            saved["algorithm"] = "c3po" if saved.get("token_budget") else RECIPES.get(saved.get("recipe"), {}).get("algorithm", "grpo")
+        merged = runs.resume_settings(saved, given, cfg.resume_override, ckpt)
+        cfg = Config(**{**dataclasses.asdict(Config()), **{k: v for k, v in merged.items() if k in ns}, "resume": ckpt})
+        runs.say(f"resuming from step {ckpt.rstrip('/').rsplit('-', 1)[-1]} of {cfg.output_dir}")
+    elif cfg.resume:  # --resume auto, nothing to resume: a fresh run, in place of what a run stopped early left there
+        cfg.resume, cfg.overwrite = "", True
+    cfg.validate()
+    return cfg

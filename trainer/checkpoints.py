@@ -1,0 +1,61 @@
+"""Checkpoint glue: what a checkpoint-N holds besides the weights (runs.save_checkpoint writes it atomically), how a
+resumed run gets it back, and the run directory's files."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import torch
+
+import runs
+from runs import save_checkpoint, set_rng_states
+from trainer.producer import pending_from, pending_state
+
+
+def checkpoint(run, step: int, wall_time_s: float) -> None:
+    """OUTPUT_DIR/checkpoint-STEP (runs.save_checkpoint: atomic), then only the newest --keep-checkpoints kept."""
+    cfg = run.cfg
+    save_checkpoint(os.path.join(cfg.output_dir, f"checkpoint-{step}"), run.accelerator, run.model, run.tok, run.optimizer,
+                    {"step": step, "samplers": [t.sampler.state_dict() for t in run.tasks], "history": run.history,
+                     "evals": run.evals, "entropy": run.ent_ctrl.state_dict() if run.ent_ctrl else None,
+                     "last_nll": run.last_nll, "wall_time_s": wall_time_s, "config": dataclasses.asdict(cfg),
+                     "pending": pending_state(run.producer.pending) if run.producer else None})  # --rollout-lag
+    if run.accelerator.is_main_process:
+        runs.prune_checkpoints(cfg.output_dir, cfg.keep_checkpoints)
+
+
+def restore(run, ckpt: str, sharded: bool) -> None:
+    """The optimizer, every process's RNG streams, the prompt samplers, the entropy controller and the history of the
+    checkpoint `ckpt` (its weights were loaded with the model)."""
+    st = torch.load(os.path.join(ckpt, "trainer_state.pt"), weights_only=False)
+    if sharded:  # every process loads the full state and keeps its shards
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(run.model, run.optimizer, optim_state_dict=st["optimizer"],
+                                 options=StateDictOptions(full_state_dict=True))
+    else:
+        run.optimizer.load_state_dict(st["optimizer"])
+    set_rng_states(run.accelerator, st["rng"])
+    for task, state in zip(run.tasks, st["samplers"]):
+        task.sampler.load_state_dict(state)
+    if run.ent_ctrl is not None:
+        run.ent_ctrl.load_state_dict(st["entropy"])
+    run.start_step, run.history, run.evals, run.wall_before, run.last_nll = (
+        st["step"], st["history"], st["evals"], st["wall_time_s"], st["last_nll"])
+    if run.producer is not None and st.get("pending") is not None:
+        run.producer.put_back(pending_from(st["pending"]))  # generated before the checkpoint, by the previous weights
+
+
+def start_run_dir(run, model_path: str) -> None:
+    """The run directory (main process): --overwrite clears the previous run's files; config.json (the model's
+    resolved path in "model"), and metrics / evals rewritten from the checkpoint's history on resume."""
+    cfg = run.cfg
+    if cfg.overwrite and not cfg.resume:
+        runs.clear_run(cfg.output_dir)
+    os.makedirs(cfg.output_dir, exist_ok=True)
+    runs.write_run_config(os.path.join(cfg.output_dir, "config.json"), {**dataclasses.asdict(cfg), "model": model_path})
+    with open(os.path.join(cfg.output_dir, "metrics.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in run.history)
+    with open(os.path.join(cfg.output_dir, "evals.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in run.evals)

@@ -1,0 +1,167 @@
+"""Steps 1-3 on this process: draw prompts, generate G completions each, score them -- in one round, in DAPO's
+dynamic-sampling rounds, or with MiMo's seamless scheduler -- and feed every group's pass rate back to the sampler.
+
+Plain: one round of B prompts. Dynamic sampling (DAPO Alg. 1, dapo.py): rounds of --gen-batch-factor x B prompts
+until B mixed groups are kept (the first in generation order; the surplus is discarded); mixed = correctness differs
+(--filter-metric acc) or the verifier's partial scores differ (score, the code-strict/soft default). Seamless (MiMo
+Sec. 3.4.1, seamless.py): the same groups, launched as the pass-rate estimate says, scored while others generate.
+With N processes every process draws the same global prompt list (the samplers stay in lockstep) and keeps its share
+of whole groups.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+
+import dapo
+import data
+from trainer.records import Rollout, StepPlan
+from trainer.stages import filter_metric_for
+
+
+@dataclass
+class Round:
+    """One generation round on this process: B prompts, their G completions each (prompt-major), rewards and
+    correctness, and `filt`, what dynamic sampling compares (correct, or the unshaped rewards with --filter-metric score)."""
+    idx: list
+    exs: list
+    prompts: list
+    comps: list
+    rewards: list
+    correct: list
+    G: int
+    filt: list | None = None
+
+    def groups(self):  # one item per prompt, for dapo.DynamicSampler and seamless.py
+        G = self.G
+        return [(self.idx[i], self.exs[i], self.prompts[i], self.comps[i * G:(i + 1) * G], self.rewards[i * G:(i + 1) * G],
+                 self.correct[i * G:(i + 1) * G]) for i in range(len(self.idx))]
+
+    @staticmethod
+    def from_groups(groups, G):
+        cat = lambda k: [x for g in groups for x in g[k]]  # noqa: E731
+        return Round([g[0] for g in groups], [g[1] for g in groups], [g[2] for g in groups], cat(3), cat(4), cat(5), G)
+
+
+class Collector:
+    """Steps 1-3 of a training step on this process (see the module docstring); `collect(plan)` -> Rollout."""
+
+    def __init__(self, run, engine=None):
+        self.run, self.cfg, self.acc = run, run.cfg, run.accelerator
+        self.engine = engine or run.engine  # --rollout-lag: the producer's engine, on its own copy of the policy
+        self.world, self.rank = run.accelerator.num_processes, run.accelerator.process_index
+        self.observed: list = []  # (prompt index, pass rate) of every group generated this step
+        self.seamless = None
+        if self.cfg.seamless:  # (one task: --seamless and --stages do not combine)
+            import seamless
+
+            self.seamless = seamless.SeamlessRollout(  # streaming with --rollout vllm (continuous batching), else waves
+                run.engine, run.tasks[0].reward_fn, self.cfg.group_size,
+                max_wave=max(4, self.cfg.seamless_max_wave or self.cfg.batch_size // self.cfg.group_size // 2),
+                filter_metric=self.cfg.filter_metric)
+
+    def collect(self, plan: StepPlan) -> Rollout:
+        """The step's batch on this process, with every generated group's pass rate in `observed`."""
+        self.observed, extra = [], {}
+        if self.cfg.dynamic_sampling and self.seamless is not None:
+            batch = self._seamless(plan, extra)
+            timeouts, n_gen = extra.pop("reward/timeouts"), extra.pop("rollout/generated")
+        elif self.cfg.dynamic_sampling:
+            batch, timeouts, n_gen = self._dynamic(plan, extra)
+        else:
+            batch, timeouts = self.round(plan, plan.n_prompts)
+            n_gen = len(batch.comps)
+        return Rollout(batch.idx, batch.exs, batch.prompts, batch.comps, batch.rewards, batch.correct, batch.G,
+                       timeouts=timeouts, generated=n_gen, observed=self.observed, metrics=extra)
+
+    def take_prompts(self, plan: StepPlan, n_global, strided=False):
+        """This process's slice of the global draw: a contiguous block of whole groups, or (strided) every world-th
+        prompt from its rank on, so that draws of any size give each process its own prompts."""
+        idx = plan.task.sampler.draw(plan.step, n_global)
+        if strided:
+            return idx[self.rank::self.world]
+        n_local = n_global // self.world
+        return idx[self.rank * n_local : (self.rank + 1) * n_local]
+
+    def prompt(self, plan: StepPlan, question: str) -> str:
+        """The prompt text of a training question: --template (and --system-prompt) for the task's kind."""
+        return data.build_prompt(self.run.tok, question, plan.task.kind, self.cfg.template, self.cfg.system_prompt)
+
+    def shape(self, comps, rewards, sp):
+        """DAPO Eq. 13: the soft overlong punishment is added to the correctness reward, before the group statistics."""
+        if not self.cfg.overlong_buffer:
+            return rewards
+        pen = dapo.overlong_penalty([c.length for c in comps], sp.max_new_tokens, self.cfg.overlong_buffer)
+        return (torch.tensor(rewards) + pen).tolist()
+
+    def round(self, plan: StepPlan, n_global):
+        """One plain round: (Round, reward timeouts)."""
+        G, task = plan.group_size, plan.task
+        idx = self.take_prompts(plan, n_global)
+        exs = [task.train_set[i] for i in idx]
+        prompts = [self.prompt(plan, ex.prompt) for ex in exs]
+        comps = [c for g in self.engine.generate(prompts, G, plan.sampling) for c in g]  # (N,) prompt-major
+        rewards, correct, rm = task.reward_fn([c.text for c in comps], [ex.answer for ex in exs for _ in range(G)])
+        self.observed.extend(zip(idx, torch.tensor(correct, dtype=torch.float).view(-1, G).mean(1).tolist()))
+        filt = correct if filter_metric_for(self.cfg, plan.stage.reward) == "acc" else rewards
+        return Round(idx, exs, prompts, comps, self.shape(comps, rewards, plan.sampling), correct, G, filt), rm["reward/timeouts"]
+
+    def _dynamic(self, plan: StepPlan, extra):
+        G = plan.group_size
+        ds = dapo.DynamicSampler(plan.n_prompts // self.world, G, self.cfg.max_gen_rounds)
+        n_gen, timeouts = 0, 0
+        while True:
+            n_draw = plan.n_prompts * self.cfg.gen_batch_factor  # verl gen_batch_size (DAPO recipe: 3 x the train batch)
+            if ds.full:  # another process is still short: draw (and skip) its round to keep samplers in lockstep
+                self.take_prompts(plan, n_draw)
+            else:
+                rnd, to = self.round(plan, n_draw)
+                ds.add(rnd.groups(), torch.tensor(rnd.filt, dtype=torch.float64))  # raises after --max-gen-rounds
+                n_gen, timeouts = n_gen + len(rnd.comps), timeouts + to
+            if not self.acc.reduce(torch.tensor([0.0 if ds.full else 1.0], device=self.acc.device), "sum").item():
+                break
+        extra.update(ds.metrics())
+        return Round.from_groups(ds.take(), G), timeouts, n_gen
+
+    def _seamless(self, plan: StepPlan, extra):
+        sr, world, train_set, sp = self.seamless, self.world, plan.task.train_set, plan.sampling
+        n_local = plan.n_prompts // world  # each process collects its share of the groups
+        sr.G, sr.max_groups = plan.group_size, n_local * self.cfg.max_gen_rounds if self.cfg.max_gen_rounds > 0 else 10**9
+        sr.shape = (lambda comps, r: self.shape(comps, r, sp)) if self.cfg.overlong_buffer else None
+        drawn = [0]
+
+        def nxt(k):  # k prompts for this process: positions rank, rank + world, ... of the global draw
+            drawn[0] += k
+            return [(i, train_set[i], self.prompt(plan, train_set[i].prompt), train_set[i].answer)
+                    for i in self.take_prompts(plan, k * world, strided=True)]
+
+        batch = Round.from_groups(sr.collect(nxt, n_local, sp), plan.group_size)
+        if world > 1:  # processes drew different amounts: all draw (and skip) up to the largest, in lockstep
+            most = int(self.acc.reduce(torch.tensor([float(drawn[0])], device=self.acc.device), "max").item())
+            if most > drawn[0]:
+                self.take_prompts(plan, (most - drawn[0]) * world)
+        self.observed.extend(sr.last_observed)  # every scored group, for the easy pool / online filter
+        extra.update(sr.last_metrics)
+        return batch
+
+    def close(self):
+        if self.seamless is not None:
+            self.seamless.close()
+
+
+def observe(run, plan: StepPlan, rollout: Rollout, step: int) -> dict:
+    """Every generated group's pass rate goes to the step's sampler (MiMo's easy pool, the curriculum's online
+    filter; the plain order ignores it); all processes see all of them, so the samplers stay identical (checked: a
+    digest of each process's sampler, every step). Returns the sampler's metrics."""
+    from accelerate.utils import gather_object
+
+    s, world = plan.task.sampler, run.accelerator.num_processes
+    seen = gather_object(rollout.observed) if world > 1 else rollout.observed
+    s.observe([i for i, _ in seen], [p for _, p in seen])
+    if world > 1:  # invariant: every process holds the same prompt sampler (else they train on other data)
+        st = {k: v for k, v in s.state_dict().items() if k != "last_share"}  # last_share: a metric
+        if len(set(gather_object([hashlib.sha256(repr(st).encode()).hexdigest()]))) > 1:
+            raise RuntimeError(f"step {step + 1}: the prompt samplers of the {world} processes diverged")
+    return s.metrics()

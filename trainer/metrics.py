@@ -1,0 +1,164 @@
+"""The run's numbers: the step's rollout metrics summed over processes, the update's metrics, summary.json and
+curves.png. (What each metric means: docs/internals.md.)"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import NamedTuple
+
+import torch
+
+from trainer.records import Update
+
+TIS_SUMS = ("weight", "capped", "logp_gap", "tokens", "weight_sq")  # per token: min(pi_old/pi_engine, cap), its
+# cap reached, |log pi_old - log pi_engine|, the token itself, the weight squared: summed over tokens (and processes)
+
+
+class UpdateLog:
+    """Step 5's metrics: per update, token-weighted means over its micro-batches; over updates, plain means."""
+
+    def __init__(self):
+        self.agg = {"loss": 0.0, "clip_frac_low": 0.0, "clip_frac_high": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
+        self.updates, self.nll_sum, self.nll_tok, self.extra = 0, 0.0, 0, {}
+        self.tis = dict.fromkeys(TIS_SUMS, 0.0)  # truncated IS (--tis-cap): TIS_SUMS over every micro-batch
+
+    def add(self, stats: list[dict], grad_norm: float, first_epoch: bool):
+        T = sum(s["tokens"] for s in stats) or 1
+        self.agg["loss"] += sum(s["loss"] for s in stats)
+        for key in ("clip_frac_low", "clip_frac_high", "kl"):
+            self.agg[key] += sum(s[key] * s["tokens"] for s in stats) / T
+        self.agg["entropy"] += sum(s["entropy_sum"] for s in stats) / T
+        self.agg["grad_norm"] += grad_norm
+        self.updates += 1
+        for s in stats:
+            if first_epoch:  # the sampled tokens' NLL under pi_old: Skywork's entropy estimate for the next step
+                self.nll_sum, self.nll_tok = self.nll_sum + s["nll_sum"], self.nll_tok + s["resp_tokens"]
+            if "tis" in s:
+                self.tis = {k: self.tis[k] + s["tis"][k] for k in TIS_SUMS}
+
+    def result(self, accelerator, optimizer, alpha) -> Update:
+        out = {f"policy/{k}" if k != "grad_norm" else "perf/grad_norm": v / self.updates for k, v in self.agg.items()}
+        out.update({"policy/updates": self.updates, "perf/lr": optimizer.param_groups[0]["lr"], **self.extra})
+        if any(self.tis.values()):  # over every process's tokens (each process has its own engine to check)
+            t = accelerator.reduce(torch.tensor([self.tis[k] for k in TIS_SUMS], dtype=torch.float64,
+                                                device=accelerator.device), "sum").tolist()
+            t = dict(zip(TIS_SUMS, t))
+            if t["tokens"]:
+                n = t["tokens"]
+                out.update({"policy/tis_weight_mean": t["weight"] / n, "policy/tis_capped_frac": t["capped"] / n,
+                            "policy/engine_logp_gap": t["logp_gap"] / n,  # with --rollout-lag: |log pi_prox - log pi_behav|
+                            "policy/tis_ess": t["weight"] ** 2 / (n * t["weight_sq"]) if t["weight_sq"] else 1.0})  # ESS / tokens
+        if alpha:
+            out["policy/entropy_coef"] = alpha
+        return Update(out, self.nll_sum / self.nll_tok if self.nll_tok else None)
+
+
+class StepStats(NamedTuple):
+    metrics: dict  # the rollout's metrics.jsonl columns (reward/*, rollout/*), over every process
+    response_tokens: float  # response tokens of the step over every process (the throughput's numerator)
+
+
+STAT_SUMS = ("reward", "reward_sq", "correct", "responses", "tokens", "longest", "truncated", "timeouts", "zero_std_groups",
+             "groups", "generated")  # summed over processes (the longest: the max)
+
+
+def step_stats(accelerator, ro) -> StepStats:
+    """The step's rollout metrics (a Rollout on each process), summed over processes."""
+    world, comps, G = accelerator.num_processes, ro.completions, ro.group_size
+    local = [sum(ro.rewards), sum(r * r for r in ro.rewards), sum(ro.correct), len(comps), sum(c.length for c in comps),
+             max(c.length for c in comps), sum(c.truncated for c in comps), ro.timeouts,
+             float((torch.tensor(ro.rewards).view(-1, G).std(1) == 0).sum()), len(ro.idx), ro.generated]
+    every = accelerator.gather(torch.tensor(local, dtype=torch.float64).to(accelerator.device)).view(world, -1).cpu()
+    s = dict(zip(STAT_SUMS, every.sum(0).tolist()))
+    s["longest"] = every[:, STAT_SUMS.index("longest")].max().item()
+    n = s["responses"]
+    out = {"reward/mean": s["reward"] / n, "reward/std": math.sqrt(max(0.0, s["reward_sq"] / n - (s["reward"] / n) ** 2)),
+           "rollout/accuracy": s["correct"] / n, "rollout/frac_zero_std": s["zero_std_groups"] / s["groups"],
+           "rollout/response_length": s["tokens"] / n, "rollout/response_length_max": s["longest"],
+           "rollout/truncated_frac": s["truncated"] / n, "reward/timeouts": int(s["timeouts"]),
+           "rollout/generated": int(s["generated"])}
+    # per difficulty level (when the data has levels): groups, and groups with a signal (rewards not all equal)
+    signal = (torch.tensor(ro.rewards, dtype=torch.float64).view(-1, G).std(1) > 0).tolist()
+    per_level = torch.zeros(2, 5, dtype=torch.float64)
+    for ex, sig in zip(ro.examples, signal):
+        if ex.level in (1, 2, 3, 4, 5):
+            per_level[:, ex.level - 1] += torch.tensor([1.0, float(sig)], dtype=torch.float64)
+    per_level = accelerator.reduce(per_level.to(accelerator.device), "sum").cpu()
+    for lv in range(5):
+        if per_level[0, lv] > 0:
+            out[f"rollout/groups_level{lv + 1}"] = int(per_level[0, lv].item())
+            out[f"rollout/signal_frac_level{lv + 1}"] = per_level[1, lv].item() / per_level[0, lv].item()
+    return StepStats(out, s["tokens"])
+
+
+def write_summary(run, wall_time_s: float):
+    """summary.json and curves.png (main process), and the last line a reader sees."""
+    if not run.accelerator.is_main_process:
+        return
+    before, after = run.evals[0], run.evals[-1]
+    summary = {"accuracy_before": before["eval/accuracy"], "accuracy_after": after["eval/accuracy"],
+               "wall_time_s": wall_time_s, "steps": run.cfg.max_steps, "recipe": run.cfg.recipe,
+               "eval_problems": sum(len(t.eval_set) for t in run.tasks), "before": before, "after": after}
+    k, lines = run.cfg.eval_samples, []
+    for task in run.tasks:
+        p, name = ("eval/", "") if len(run.tasks) == 1 else (f"eval/{task.name}/", f"{task.name} ")
+        avg = f"{p}avg@{k}"
+        if len(run.tasks) > 1:
+            summary[f"{name}accuracy_before"], summary[f"{name}accuracy_after"] = before[p + "accuracy"], after[p + "accuracy"]
+        if avg in before and avg in after:
+            summary.update({f"{name}avg@{k}_before": before[avg], f"{name}avg@{k}_after": after[avg],
+                            f"{name}pass@{k}_before": before[f"{p}pass@{k}"], f"{name}pass@{k}_after": after[f"{p}pass@{k}"]})
+        sampled = (f"; avg@{k} {before[avg]:.3f} -> {after[avg]:.3f}, pass@{k} {before[f'{p}pass@{k}']:.3f} -> "
+                   f"{after[f'{p}pass@{k}']:.3f} (T {run.cfg.eval_temperature}, top-p {run.cfg.eval_top_p})") if avg in after else ""
+        lines.append((f"{name}held-out greedy accuracy: {before[p + 'accuracy']:.3f} -> {after[p + 'accuracy']:.3f}{sampled}",
+                      len(task.eval_set)))
+    with open(os.path.join(run.cfg.output_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    c = run.cfg
+    plot_curves(run.history, run.evals, os.path.join(c.output_dir, "curves.png"),
+                f"{c.output_dir}: --recipe {c.recipe}, {os.path.basename(c.model.rstrip('/')) or 'tiny model'}, "
+                f"{c.max_steps} steps, seed {c.seed}")
+    tail = f", {wall_time_s:.0f}s); run directory: {run.cfg.output_dir}"  # after the last task's line
+    print("\n".join(f"{text} ({n} problems" + (tail if i == len(lines) - 1 else ")") for i, (text, n) in enumerate(lines)))
+
+
+def plot_curves(rows: list[dict], evals: list[dict], path: str, title: str = ""):
+    """curves.png: training signals per step, held-out accuracy (greedy, and avg@k where sampled), per level."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    same = all(r.get("reward/mean") == r.get("rollout/accuracy") for r in rows)  # a 1/0 reward: one panel says both
+    keys = [("reward/mean", "train reward = accuracy" if same else "train reward"),
+            ("rollout/response_length", "response length"), ("policy/entropy", "entropy"),
+            ("rollout/frac_zero_std", "zero-std groups"), ("perf/grad_norm", "grad norm"),
+            ("policy/clip_frac_high", "clip fraction (high)") if same else ("rollout/accuracy", "train accuracy")]
+    fig, axes = plt.subplots(2, 4, figsize=(16, 6.5))
+    steps = [r["step"] for r in rows]
+    for ax, (k, name) in zip(axes.flat, keys):
+        ax.plot(steps, [r.get(k, float("nan")) for r in rows])
+        ax.set_title(name), ax.set_xlabel("step")
+    ax = axes.flat[6]
+    tasks = sorted({k.split("/")[1] for e in evals for k in e if k.count("/") == 2 and k.endswith("/accuracy")})
+    for t in tasks or [None]:  # --stages: one curve per task
+        p = f"eval/{t}/" if t else "eval/"
+        ax.plot([e["step"] for e in evals], [e.get(p + "accuracy", float("nan")) for e in evals], "o-", label=f"{t or ''} greedy".strip())
+        for k in sorted({k for e in evals for k in e if k.startswith(p + "avg@")}):  # sampled: first and last evaluation
+            pts = [(e["step"], e[k]) for e in evals if k in e]
+            ax.plot(*zip(*pts), "s--", label=f"{t or ''} {k.split('/')[-1]}".strip())
+    ax.legend(fontsize=8), ax.set_title("held-out accuracy"), ax.set_xlabel("step"), ax.set_ylim(0, 1)
+    ax = axes.flat[7]
+    levels = sorted({k for e in evals for k in e if k.startswith("eval/accuracy_level")}, key=lambda k: int(k[19:]))
+    for k in levels:
+        ax.plot([e["step"] for e in evals if k in e], [e[k] for e in evals if k in e], "o-", label=k.split("_")[-1])
+    if levels:
+        ax.legend(fontsize=8), ax.set_title("held-out greedy accuracy by level"), ax.set_xlabel("step"), ax.set_ylim(0, 1)
+    else:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
