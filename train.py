@@ -208,8 +208,8 @@ def rollout_nll(run: Run, p_ids, r_ids) -> float | None:
     """-mean log pi_old over the response tokens of every process's kept responses (Skywork's entropy estimate)."""
     lps = old_logprobs(run.cfg, run.model, run.tok, p_ids, r_ids, run.accelerator.device) if r_ids else []
     t = torch.tensor([-sum(lp.sum().item() for lp in lps), float(sum(len(lp) for lp in lps))], dtype=torch.float64)
-    s = run.accelerator.reduce(t.to(run.accelerator.device), "sum").tolist()
-    return s[0] / s[1] if s[1] else None
+    nll_sum, n_tokens = run.accelerator.reduce(t.to(run.accelerator.device), "sum").tolist()
+    return nll_sum / n_tokens if n_tokens else None
 
 
 def update_policy(cfg, accelerator, model, ref_model, optimizer, tok, p_ids, r_ids, adv, truncated, alpha, step,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -19,6 +20,17 @@ import dapo
 import data
 from trainer.records import Rollout, StepPlan
 from trainer.stages import filter_metric_for
+
+
+class Group(NamedTuple):
+    """One prompt and its G scored completions: what dynamic sampling keeps or drops whole (seamless.py's groups are
+    the same tuples)."""
+    idx: int  # dataset index of the prompt
+    example: object  # its data.Example
+    prompt: str
+    completions: list  # (G,) rollout.Completion
+    rewards: list  # (G,)
+    correct: list  # (G,)
 
 
 @dataclass
@@ -34,15 +46,17 @@ class Round:
     G: int
     filt: list | None = None
 
-    def groups(self):  # one item per prompt, for dapo.DynamicSampler and seamless.py
+    def groups(self) -> list[Group]:  # one per prompt, for dapo.DynamicSampler
         G = self.G
-        return [(self.idx[i], self.exs[i], self.prompts[i], self.comps[i * G:(i + 1) * G], self.rewards[i * G:(i + 1) * G],
-                 self.correct[i * G:(i + 1) * G]) for i in range(len(self.idx))]
+        return [Group(self.idx[i], self.exs[i], self.prompts[i], self.comps[i * G:(i + 1) * G], self.rewards[i * G:(i + 1) * G],
+                      self.correct[i * G:(i + 1) * G]) for i in range(len(self.idx))]
 
     @staticmethod
     def from_groups(groups, G):
-        cat = lambda k: [x for g in groups for x in g[k]]  # noqa: E731
-        return Round([g[0] for g in groups], [g[1] for g in groups], [g[2] for g in groups], cat(3), cat(4), cat(5), G)
+        gs = [Group(*g) for g in groups]
+        return Round([g.idx for g in gs], [g.example for g in gs], [g.prompt for g in gs],
+                     [c for g in gs for c in g.completions], [r for g in gs for r in g.rewards],
+                     [c for g in gs for c in g.correct], G)
 
 
 class Collector:
