@@ -117,6 +117,48 @@ def set_rng_states(accelerator, states: list[dict]) -> None:
         torch.cuda.set_rng_state(mine["cuda"])
 
 
+def check_shared_run_dir(accelerator, output_dir: str, resume_from: str | None) -> None:
+    """Several processes (several machines): the run directory must be one directory that every process sees.
+
+    Only the global main process writes it (config, metrics, checkpoints), and on --resume every process reads the
+    checkpoint (weights, optimizer, its own RNG streams, the samplers): a run directory on each node's local disk
+    would leave the other nodes resuming from nothing, or from another run. So before anything is written the main
+    process puts a probe file in the directory (or in its nearest existing parent) and every process looks for it,
+    and all processes compare the checkpoint --resume found; one `error:` line on every process when they disagree.
+    A collective (two all_gather_object calls); nothing is left behind."""
+    if accelerator.num_processes == 1:
+        return
+    import uuid
+
+    probe = None
+    if accelerator.is_main_process:
+        where = os.path.abspath(output_dir)
+        while not os.path.isdir(where):
+            where = os.path.dirname(where)
+        probe = os.path.join(where, f".grpo-recipes-probe-{uuid.uuid4().hex}")
+        open(probe, "w").close()
+    try:
+        shared = [None] * accelerator.num_processes
+        torch.distributed.all_gather_object(shared, probe)
+        mine = (os.path.exists(shared[0]), os.path.abspath(resume_from) if resume_from else None,
+                os.environ.get("GROUP_RANK", "0"))
+        every = [None] * accelerator.num_processes
+        torch.distributed.all_gather_object(every, mine)
+    finally:
+        if probe:
+            os.remove(probe)
+    blind = [f"process {r} (node {node})" for r, (seen, _, node) in enumerate(every) if not seen]
+    if blind:
+        raise SystemExit(f"error: --output-dir {output_dir}: {', '.join(blind)} cannot see what the main process writes "
+                         "there; with several machines the run directory must be on a filesystem every node mounts at "
+                         "the same path (docs/multi_gpu.md)")
+    found = {ck for _, ck, _ in every}
+    if len(found) > 1:
+        what = ", ".join(f"process {r} (node {node}): {ck or 'none'}" for r, (_, ck, node) in enumerate(every))
+        raise SystemExit(f"error: --resume: the processes found different checkpoints ({what}); every node must see "
+                         "the same run directory (docs/multi_gpu.md)")
+
+
 def checkpoints(output_dir: str) -> list[str]:
     """checkpoint-N directories of a run, oldest first (a .tmp left by a crash is not one)."""
     if not os.path.isdir(output_dir):
