@@ -815,6 +815,7 @@ def setup(cfg: Config) -> Run:
         raise SystemExit("error: FSDP cannot be combined with --dynamic-sampling / --seamless (see --fsdp)")
     if cfg.rollout_lag and accelerator.num_processes > 1:  # the producer thread would run collectives beside DDP's
         raise SystemExit(f"error: --rollout-lag: runs on one process, not {accelerator.num_processes} (async_rollout.py)")
+    runs.check_shared_run_dir(accelerator, cfg.output_dir, resume_from)  # several machines: one run directory
     if cfg.threads and not torch.cuda.is_available():
         torch.set_num_threads(cfg.threads)
     dtype = torch.bfloat16 if precision(cfg) == "bfloat16" else torch.float32  # bf16-mixed: fp32 weights, bf16 autocast
