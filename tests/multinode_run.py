@@ -3,10 +3,11 @@ process of what it writes under --output-dir, the prompts it draws and keeps, an
 
     GRPO_AUDIT_DIR=DIR accelerate launch --multi_gpu --num_machines 2 --machine_rank R ... tests/multinode_run.py ARGS
 
-DIR/rank<R>.jsonl gets one row per event: {"ranks": ...} once (global / local process index, main / local main,
-device, the launcher's RANK, LOCAL_RANK, GROUP_RANK), {"write": op, "path": ...} for every Python-level write under the
-run directory (open for writing, makedirs, replace, rename, remove, rmtree: torch.save, json files, the checkpoint's
-temporary directory and its rename), {"draw": [...]} for every global prompt draw (PromptSampler.take: the same on
+DIR/rank<R>.jsonl gets one row per event: {"ranks": ...} once (its pid, global / local process index, main / local
+main, device, the launcher's RANK, LOCAL_RANK, GROUP_RANK), {"write": op, "path": ...} for every Python-level write
+under the run directory (open for writing, makedirs, replace, rename, remove, rmtree: the JSON files, the plot, the
+checkpoint's temporary directory, its files written from Python and its rename; torch.save and safetensors write
+from C++ / Rust inside that directory), {"draw": [...]} for every global prompt draw (PromptSampler.take: the same on
 every process) and {"slice": [...]} for the share of it the process keeps (Collector.take_prompts).
 """
 from __future__ import annotations
@@ -68,7 +69,7 @@ def main() -> int:
     def setup_logged(cfg):
         run = setup(cfg)
         a = run.accelerator
-        note(ranks={"process_index": a.process_index, "local_process_index": a.local_process_index,
+        note(ranks={"pid": os.getpid(), "process_index": a.process_index, "local_process_index": a.local_process_index,
                     "num_processes": a.num_processes, "is_main_process": a.is_main_process,
                     "is_local_main_process": a.is_local_main_process, "device": str(a.device),
                     **{k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}})
