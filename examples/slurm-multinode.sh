@@ -26,7 +26,6 @@
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node=8
-#SBATCH --cpus-per-task=64
 #SBATCH --exclusive
 #SBATCH --output=slurm-%j.out
 set -euo pipefail
@@ -44,6 +43,6 @@ srun --ntasks-per-node=1 bash -c "$CHECK"   # every node: torch, CUDA, vLLM, GPU
 # One task per node; SLURM_NODEID is set per task, so it is expanded inside the task (single quotes).
 export NUM_PROCESSES=$((NNODES * GPUS_PER_NODE)) NNODES MAIN_IP MAIN_PORT SCRIPT
 srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c '
-  LAUNCH_ARGS="--num_machines $NNODES --machine_rank $SLURM_NODEID --main_process_ip $MAIN_IP \
-    --main_process_port $MAIN_PORT --rdzv_backend static --same_network ${LAUNCH_ARGS:-}" \
+  LAUNCH_ARGS="--config_file configs/multinode.yaml --num_machines $NNODES --machine_rank $SLURM_NODEID \
+    --main_process_ip $MAIN_IP --main_process_port $MAIN_PORT ${LAUNCH_ARGS:-}" \
   exec bash "$SCRIPT" "$@"' bash "$@"

@@ -214,3 +214,44 @@ def test_checkpoints_the_nodes_disagree_on_stop_every_process(tmp_path, monkeypa
     assert os.listdir(tmp_path / "run") == ["checkpoint-2"]
     _gathers(monkeypatch, (True, str(ck), "1"))
     runs.check_shared_run_dir(_FakeAccelerator(), str(tmp_path / "run"), str(ck))  # agreeing: no error
+
+
+SRUN = """#!/usr/bin/env bash
+# stand-in for SLURM's srun: the command once per node (SLURM_NNODES), in parallel, each with its own SLURM_NODEID
+while [[ "$1" == --* ]]; do shift; done
+pids=()
+for ((i = 0; i < SLURM_NNODES; i++)); do SLURM_NODEID=$i SLURM_PROCID=$i "$@" & pids+=($!); done
+rc=0; for p in "${pids[@]}"; do wait "$p" || rc=$?; done; exit $rc
+"""
+
+
+@pytest.mark.slow
+def test_slurm_script_on_two_stub_nodes(tmp_path):
+    """examples/slurm-multinode.sh as sbatch would run it, with stub srun / scontrol that start its tasks as two
+    "nodes" on localhost (1 process each): the install check on each node, then the 8-GPU example's flags through
+    configs/multinode.yaml at 2 x 1, on its rehearsal's stand-in and fixtures (tests/test_examples.py), 2 steps."""
+    import test_examples as ex
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(SRUN)
+    (bin_dir / "scontrol").write_text("#!/usr/bin/env bash\nprintf '127.0.0.1\\n127.0.0.1\\n'\n")
+    for f in ("srun", "scontrol"):
+        os.chmod(bin_dir / f, 0o755)
+    kind, train_data, eval_data, extra, want = ex.EXAMPLES["qwen2.5-math-7b-dapo-8gpu.sh"]
+    out = tmp_path / "run"
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_NNODES="2", SLURM_JOB_NODELIST="node[0-1]",
+               SLURM_SUBMIT_DIR=ROOT, GPUS_PER_NODE="1", MAIN_PORT=str(_free_port()), PYTHON=sys.executable,
+               CHECK=f"{sys.executable} -m tools.check_install --no-vllm-import", PYTHONPATH=ROOT,
+               MODEL=ex.standins.build(kind, str(tmp_path / "model")), DATA=os.path.join(ex.FX, train_data),
+               EVAL_DATA=os.path.join(ex.FX, eval_data), OUT=str(out), OMP_NUM_THREADS="1",
+               TOKENIZERS_PARALLELISM="false", LAUNCH_ARGS="--mixed_precision no --dynamo_backend no")
+    r = subprocess.run(["bash", "examples/slurm-multinode.sh", *ex.SMALL, *extra], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, f"exit {r.returncode}\n--- stdout\n{r.stdout[-3000:]}\n--- stderr\n{r.stderr[-5000:]}"
+    assert r.stdout.count("will use ") == 2  # the install check ran on both nodes
+    assert r.stdout.count("held-out greedy accuracy:") == 1  # printed by the global main process only
+    cfg = json.load(open(out / "config.json"))
+    assert {k: cfg[k] for k in want} == want
+    assert [json.loads(line)["step"] for line in open(out / "metrics.jsonl")] == [1, 2]
+    assert (out / "checkpoint-2" / "adapter_config.json").exists()
