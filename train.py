@@ -156,6 +156,10 @@ class Config:
                                 "with --reward math-dapo, dapo), chat, plain, qwen-math (Qwen2.5-Math's system prompt), "
                                 "r1-zero (DeepSeek-R1-Zero's), dapo (DAPO's 'Answer:' line)")
     system_prompt: str = opt("", "system prompt for the chat templates (a first paragraph for the plain ones)")
+    chat_template_kwargs: str = opt("", "JSON object of chat template switches passed to apply_chat_template, e.g. "
+                                        "'{\"enable_thinking\": false}' for Qwen3 (TRL's chat_template_kwargs); '' = none. "
+                                        "A prompt that leaves a thought open (R1-Distill's <think>) makes a response "
+                                        "without </think> a format error (reward.py, Thoughts)")
     stop: str = opt("", "stop strings, '||'-separated, backslash escapes read (e.g. '</answer>||\\nUser:'): a response ends "
                         "right after the token that completes one, the string kept. Stop tokens need no flag: the "
                         "tokenizer's EOS, the model's generation_config EOS list and the chat template's end of turn")
@@ -258,6 +262,7 @@ class Config:
 
         if self.template not in data.TEMPLATES:
             bad("template", f"{self.template!r} is not one of {', '.join(data.TEMPLATES)}")
+        data.parse_template_kwargs(self.chat_template_kwargs)  # a JSON object, or one error line
 
         if self.group_size < 2:
             bad("group-size", f"must be >= 2 (a group-relative baseline needs at least two samples), got {self.group_size}")
@@ -434,7 +439,8 @@ def parse_stages(cfg) -> list[Stage]:
 
 
 HELP_GROUPS = {  # train.py --help, in this order
-    "model and data": ["model", "train_data", "eval_data", "eval_split", "train_problems", "template", "system_prompt", "stop"],
+    "model and data": ["model", "train_data", "eval_data", "eval_split", "train_problems", "template", "system_prompt",
+                       "chat_template_kwargs", "stop"],
     "run directory, checkpoints, resume": ["output_dir", "max_steps", "seed", "save_every", "keep_checkpoints", "overwrite",
                                            "resume", "resume_override"],
     "rollout": ["rollout", "rollout_lag", "rollout_worker", "batch_size", "group_size", "temperature", "top_p", "max_new_tokens", "vllm_gpu_memory_utilization",
@@ -730,7 +736,8 @@ class Run:
 
     def prompt(self, question: str) -> str:
         """The prompt text of a training question: --template (and --system-prompt) for the current task's kind."""
-        return data.build_prompt(self.tok, question, self.kind, self.cfg.template, self.cfg.system_prompt)
+        return data.build_prompt(self.tok, question, self.kind, self.cfg.template, self.cfg.system_prompt,
+                                 data.parse_template_kwargs(self.cfg.chat_template_kwargs))
 
 
 @dataclass
@@ -765,25 +772,29 @@ def load_inputs(cfg: Config):
     return stages, sets, resume_from
 
 
-def make_reward(cfg: Config, reward: str):
+def make_reward(cfg: Config, reward: str, thought_open: bool = False):
     if reward.startswith("math"):
         from reward import MathReward
 
-        return MathReward(cfg.correct_reward, cfg.wrong_reward, cfg.reward_timeout, cfg.reward_workers, mode=reward)
+        return MathReward(cfg.correct_reward, cfg.wrong_reward, cfg.reward_timeout, cfg.reward_workers, mode=reward,
+                          thought_open=thought_open)
     from coding.code_reward import CodeReward
 
     return CodeReward({"code": "all_or_nothing", "code-strict": "strict", "code-soft": "soft"}[reward],
                       workers=max(1, cfg.reward_workers))
 
 
-def make_tasks(cfg: Config, stages: list, sets: list) -> list:
-    """One Task per distinct (data, reward) of the stages, each with its own prompt sampler and reward."""
+def make_tasks(cfg: Config, stages: list, sets: list, tok=None) -> list:
+    """One Task per distinct (data, reward) of the stages, each with its own prompt sampler and reward (told whether
+    the prompts leave a thought open: data.opens_thought)."""
     mine = [[st for st in stages if st.task == t] for t in range(len(sets))]
     names = ["code" if m[0].kind == "code" else "math" for m in mine]
     tasks = []
     for t, (train_set, eval_set) in enumerate(sets):
         name = names[t] + (str(t + 1) if names.count(names[t]) > 1 else "")
-        tasks.append(Task(name, train_set, eval_set, make_sampler(cfg, train_set), make_reward(cfg, mine[t][0].reward),
+        thought = tok is not None and data.opens_thought(tok, mine[t][0].kind, cfg.template, cfg.system_prompt,
+                                                         data.parse_template_kwargs(cfg.chat_template_kwargs))
+        tasks.append(Task(name, train_set, eval_set, make_sampler(cfg, train_set), make_reward(cfg, mine[t][0].reward, thought),
                           mine[t][0].kind, max(st.max_new_tokens for st in mine[t])))
     return tasks
 
@@ -827,7 +838,7 @@ def setup(cfg: Config) -> Run:
     model, tok = (lora.load(cfg, model_path, dtype, resume_from) if cfg.lora_rank else  # base + adapter (resumed)
                   load_model(resume_from or model_path, dtype, flag="--resume" if resume_from else "--model"))
     for kind in {st.kind for st in stages}:
-        data.check_template(tok, cfg.template, kind)
+        data.check_template(tok, cfg.template, kind, template_kwargs=data.parse_template_kwargs(cfg.chat_template_kwargs))
     check_context(model, max(st.max_new_tokens for st in stages))
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -861,7 +872,7 @@ def setup(cfg: Config) -> Run:
                                  lora_rank=cfg.lora_rank if cfg.lora_vllm_sync == "adapter" else 0)
     ent_ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max, timing=cfg.entropy_timing,
                                        strict=cfg.entropy_timing == "code") if cfg.adaptive_entropy else None
-    run = Run(cfg, accelerator, model, tok, ref_model, optimizer, engine, ent_ctrl, make_tasks(cfg, stages, sets), stages)
+    run = Run(cfg, accelerator, model, tok, ref_model, optimizer, engine, ent_ctrl, make_tasks(cfg, stages, sets, tok), stages)
     run.enter(0)
     run.producer = make_producer(run) if cfg.rollout_lag else None
     if resume_from:
@@ -1387,7 +1398,8 @@ def run_eval(run: Run, step: int, sampled: bool = False) -> dict | None:
             torch.manual_seed(cfg.seed + 7919)  # the same sampled evaluation before and after, whatever came between
             res = evaluate(run.engine, run.tok, task.eval_set, task.reward_fn, samples=k, ks=(1, k) if k else (1,),
                            temperature=cfg.eval_temperature, top_p=cfg.eval_top_p, max_new_tokens=task.max_new_tokens,
-                           n_show=8, kind=task.kind, template=cfg.template, system=cfg.system_prompt, stop=cfg.stops)
+                           n_show=8, kind=task.kind, template=cfg.template, system=cfg.system_prompt, stop=cfg.stops,
+                           template_kwargs=data.parse_template_kwargs(cfg.chat_template_kwargs))
         prefix = "eval/" if len(run.tasks) == 1 else f"eval/{task.name}/"
         shown += [{"step": step, **({"task": task.name} if len(run.tasks) > 1 else {}), **s} for s in res.pop("samples")]
         row.update({prefix + key: v for key, v in res.items()})
