@@ -41,7 +41,7 @@ RESUME_FREE = {"max_steps", "resume", "resume_override", "overwrite", "output_di
 # settings that define the run or its evaluation: never changed on resume, even with --resume-override
 RESUME_FIXED = {"model", "recipe", "train_data", "stages", "curriculum", "seed", "lora_rank", "lora_targets",
                 "load_in_4bit", "eval_data", "eval_split", "eval_problems", "eval_samples", "eval_temperature",
-                "eval_top_p", "template", "system_prompt"}
+                "eval_top_p", "template", "system_prompt", "chat_template_kwargs"}
 
 
 def main_process() -> bool:
