@@ -62,13 +62,23 @@ process worker would gain that, less the weight copy, so it is not built. Random
 while it runs (the update draws nothing from torch's global generator), so the thread produces exactly what an inline
 producer (`threaded=False`, the same code run at the sync point) produces with the same seed (tested). On one GPU
 shared by both there is nothing to overlap (one device runs one kernel stream): keep K = 0 there.
+
+Ctrl-C: the signal reaches the trainer's (main) thread; `Producer.stop` then ends the producer's batch where it is
+(an exception raised in the producer thread at its next Python line: the decode loop runs one per token) and joins the
+thread, so no thread is inside torch when the interpreter exits (one that is aborts the process: "terminate called
+without an active exception"). The unfinished batch is dropped; a checkpoint holds only finished ones.
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
+
+
+class Stopped(BaseException):
+    """Raised inside the producer thread by Producer.stop (a BaseException: no `except Exception` swallows it)."""
 
 
 @dataclass
@@ -120,8 +130,14 @@ class Producer:
                 self._error = e
             self.idle_since = time.time()
 
+        def thread():
+            try:
+                work()
+            except Stopped:  # Producer.stop, wherever it landed: the batch is dropped
+                pass
+
         if self.threaded:
-            self._thread = threading.Thread(target=work, name=f"producer-step-{step}", daemon=True)
+            self._thread = threading.Thread(target=thread, name=f"producer-step-{step}", daemon=True)
             self._thread.start()
         else:
             work()
@@ -141,6 +157,18 @@ class Producer:
             e, self._error = self._error, None
             raise e
         return time.time() - t0
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """End the producer now (Ctrl-C): raise Stopped in its thread and join it. True when no thread is left."""
+        t = self._thread
+        if t is None or not t.is_alive():
+            return True
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident), ctypes.py_object(Stopped))  # once
+        t.join(timeout)
+        if t.is_alive():
+            return False
+        self._thread = None
+        return True
 
     def take(self) -> tuple[Pending, float]:
         """The finished batch and the seconds the trainer waited for it."""

@@ -519,7 +519,10 @@ def _worker_main(conn):
     _quiet_math_verify()
     for pred, gold in (("x^2+2x+1", "(x+1)^2"), ("[1,2)", "x \\ge 1"), ("\\frac{\\sqrt{2}}{2}", "0.7071")):
         check(f"\\boxed{{{pred}}}", gold, "math", 0)  # warm: the first job must not pay sympy's lazy imports
-    conn.send("ready")
+    try:
+        conn.send("ready")
+    except (BrokenPipeError, OSError):  # the trainer ended while this worker started (Ctrl-C)
+        return
     while True:
         try:
             msg = conn.recv()
@@ -540,7 +543,14 @@ class _Worker:
         self.conn, child = ctx.Pipe()
         # spawn, not fork: the trainer has torch threads (and maybe CUDA) that must not be forked
         self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True)
-        self.proc.start()
+        # SIGINT blocked while the child is created, so that it starts (and stays) with SIGINT blocked: a Ctrl-C to
+        # the process group during its start-up (spawn: a new interpreter) would otherwise traceback in it. The
+        # trainer gets a Ctrl-C that came meanwhile as soon as start() returns.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self.proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
         child.close()
         self.ready, self.job, self.t0 = False, None, 0.0
 

@@ -511,16 +511,24 @@ def parse_config(argv=None) -> Config:
         ap.set_defaults(tis_cap=ap.get_default("tis_cap") or 2.0)
     ns = vars(ap.parse_args(argv))
     cfg = Config(**ns)
+    import tiny
+
     ckpt = runs.resolve_resume(cfg.resume, cfg.output_dir) if cfg.resume else None
-    if ckpt:  # the checkpoint's settings are the run's; the flags given on the command line are checked against them
+    # --resume auto before the first checkpoint: the run's own settings (its config.json), not the defaults
+    saved = runs.saved_config(ckpt) if ckpt else (
+        runs.restart_config(cfg.output_dir, tiny.builtin_paths()) if cfg.resume == "auto" else None)
+    if saved is not None:  # the run's settings are the saved ones; the flags given are checked against them
         unset = object()
         ap.set_defaults(**{k: unset for k in ns})
         given = {k: v for k, v in vars(ap.parse_args(argv)).items() if v is not unset}
         given.setdefault("output_dir", cfg.output_dir if cfg.resume == "auto" else os.path.dirname(ckpt.rstrip("/")))
-        merged = runs.resume_settings(runs.saved_config(ckpt), given, cfg.resume_override, ckpt)
-        cfg = Config(**{**dataclasses.asdict(Config()), **{k: v for k, v in merged.items() if k in ns}, "resume": ckpt})
-        runs.say(f"resuming from step {ckpt.rstrip('/').rsplit('-', 1)[-1]} of {cfg.output_dir}")
-    elif cfg.resume:  # --resume auto, nothing to resume: a fresh run, in place of what a run stopped early left there
+        merged = runs.resume_settings(saved, given, cfg.resume_override, ckpt or f"auto ({cfg.output_dir}/config.json)")
+        cfg = Config(**{**dataclasses.asdict(Config()), **{k: v for k, v in merged.items() if k in ns},
+                        "resume": ckpt or "", "overwrite": not ckpt})  # no checkpoint: replaces what the run left
+        if ckpt:
+            runs.check_finished(ckpt, cfg.max_steps, cfg.output_dir)
+            runs.say(f"resuming from step {ckpt.rstrip('/').rsplit('-', 1)[-1]} of {cfg.output_dir}")
+    elif cfg.resume:  # --resume auto on a directory without a run: a fresh run
         cfg.resume, cfg.overwrite = "", True
     cfg.validate()
     return cfg
@@ -1471,8 +1479,9 @@ def main(argv=None):
     try:
         run = setup(cfg)  # everything that can fail on bad input is checked before the run directory is touched
         return train(run)
-    except KeyboardInterrupt:
-        runs.interrupted(cfg.output_dir, run.step if run else None, cfg.max_steps, "LOCAL_RANK" in os.environ)
+    except KeyboardInterrupt:  # the producer thread and the reward workers are stopped before the line
+        runs.interrupted(cfg.output_dir, run.step if run else None, cfg.max_steps, "LOCAL_RANK" in os.environ,
+                         stop=[run.producer, *(t.reward_fn for t in run.tasks)] if run else ())
 
 
 def quiet_libraries():
