@@ -13,13 +13,40 @@ carries the version that produced it (`Pending.version`). Weights are handed ove
 producer has finished its batch, so a batch never mixes versions, and dynamic sampling's rounds (DAPO) and MiMo's
 easy pool run inside the producer on one version.
 
-The loss stays correct off-policy with the decoupled objective (AReaL, "decoupled PPO"; verl's rollout correction in
-bypass mode): the clip acts on pi_theta / pi_prox with pi_prox the trainer's own weights at the start of the step
-(theta_k, detached), and each token's term is weighted by min(pi_prox / pi_behav, C) with pi_behav the producer's
-theta_{k-1} (`--tis-cap C`, 2.0 by default with a lag). This is the truncated-importance-sampling form (TRL's
-vllm_importance_sampling_cap, rollout.tis_weights) applied to the lag: AReaL's variant clips on the proximal policy
-and weights by the behaviour ratio, which is what keeps the trust region around the current policy instead of a
-stale one. pi_behav is the sampler's own log-prob of each token (the fast engine reads it off the logits it samples
+The loss stays correct off-policy with the decoupled objective of AReaL ("decoupled PPO"), which is also verl's
+rollout correction in its *decoupled* mode with token-level IS (`RolloutCorrectionConfig.decoupled_token_is`). Three
+policies: pi_behav, the producer's theta_{k-1} that sampled the batch; pi_prox, the trainer's own weights at the start
+of the step (theta_k, detached); pi_theta, the weights being updated. The PPO clip acts on pi_theta / pi_prox, so the
+trust region is around the current policy, not a stale one, and each token's clipped term is multiplied by the
+behaviour weight w = pi_prox / pi_behav capped at C (`--tis-cap C`, 2.0 by default with a lag):
+
+    loss_t = w_t * max(-A r_t, -A clip(r_t, 1 - eps_low, 1 + eps_high)),     r_t = pi_theta / pi_prox
+
+What happens above the cap is the choice the two peers make differently (`--tis-mode`, rollout.tis_weights):
+  truncate  (default) w = min(w, C): verl's decoupled token-level IS (rollout_corr_helper's
+            compute_rollout_correction_weights clamps at rollout_is_threshold, 2.0 by default, then
+            compute_policy_loss_vanilla multiplies the loss by it); TRL's token_truncate; AReaL's action='clamp'.
+  mask      w = 0 above C, the token still counted in the denominators: AReaL's ppo_actor_loss_fn with a
+            behav_imp_weight_cap (its default was 5.0 with token masking), and its newer rejection-sampling config
+            (level='token', action='mask', metric='ratio', upper=C; 'mask' is that config's default action, and
+            AReaL applies no behaviour weight at all when no rejection sampling is configured).
+Truncation is the default: it keeps every sampled token's gradient with a bounded weight, is verl's preset, and is
+what the project computed before the choice existed (its pinned runs); AReaL's masking is one flag away.
+Dual clip (`--dual-clip C`, grpo.dual_clip): verl's compute_policy_loss_vanilla bounds the loss of a negative
+advantage by clip_ratio_c * |A| (3.0, always on), before the IS weight; AReaL's c_clip does the same and is off by
+default. Off by default here (none of the five papers uses it); `--dual-clip 3` reproduces verl's loss. With one
+update per rollout (mu = 1) r_t = 1 exactly, so the dual clip never binds: only with --epochs or mini-batches > 1.
+verl's *bypass* mode (compute_policy_loss_bypass_mode) is a different objective: no proximal policy, the clip acts on
+pi_theta / pi_behav directly and no weight is applied; the project does not offer it.
+Where the project still departs from the peers, with both options set to theirs (tests/test_async_rollout.py):
+  * aggregation: AReaL divides by the micro-batch's token count (weighted into a global token mean); verl's
+    seq-mean-token-mean divides each row by its token count + 1e-8, the project by the count itself (a relative
+    1e-8 / n difference, n the row's tokens); token-mean and the sequence counts are global here as in verl.
+  * verl clamps log(pi_theta / pi_prox) and log(pi_prox / pi_behav) to +-20 before exponentiating; the project does
+    not (the two differ only for ratios beyond e^20, which the clip and the cap make irrelevant except as overflow).
+  * AReaL's sequence-level weights and rejection (level='sequence', geometric means, KL metrics) and verl's
+    rollout_rs rejection filters are not offered; nor is AReaL's cap default (5.0): the project's is verl's 2.0.
+pi_behav is the sampler's own log-prob of each token (the fast engine reads it off the logits it samples
 from, `Completion.logprobs`, as AReaL and verl take the inference engine's): the distribution the token was really
 drawn from, equal to a forward pass of the producer's weights to float rounding (~1e-6; tested). The hf engine
 reports none, so with it the producer runs that forward pass over the batch after generating; measured here, that
@@ -35,13 +62,23 @@ process worker would gain that, less the weight copy, so it is not built. Random
 while it runs (the update draws nothing from torch's global generator), so the thread produces exactly what an inline
 producer (`threaded=False`, the same code run at the sync point) produces with the same seed (tested). On one GPU
 shared by both there is nothing to overlap (one device runs one kernel stream): keep K = 0 there.
+
+Ctrl-C: the signal reaches the trainer's (main) thread; `Producer.stop` then ends the producer's batch where it is
+(an exception raised in the producer thread at its next Python line: the decode loop runs one per token) and joins the
+thread, so no thread is inside torch when the interpreter exits (one that is aborts the process: "terminate called
+without an active exception"). The unfinished batch is dropped; a checkpoint holds only finished ones.
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
+
+
+class Stopped(BaseException):
+    """Raised inside the producer thread by Producer.stop (a BaseException: no `except Exception` swallows it)."""
 
 
 @dataclass
@@ -93,8 +130,14 @@ class Producer:
                 self._error = e
             self.idle_since = time.time()
 
+        def thread():
+            try:
+                work()
+            except Stopped:  # Producer.stop, wherever it landed: the batch is dropped
+                pass
+
         if self.threaded:
-            self._thread = threading.Thread(target=work, name=f"producer-step-{step}", daemon=True)
+            self._thread = threading.Thread(target=thread, name=f"producer-step-{step}", daemon=True)
             self._thread.start()
         else:
             work()
@@ -114,6 +157,18 @@ class Producer:
             e, self._error = self._error, None
             raise e
         return time.time() - t0
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """End the producer now (Ctrl-C): raise Stopped in its thread and join it. True when no thread is left."""
+        t = self._thread
+        if t is None or not t.is_alive():
+            return True
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident), ctypes.py_object(Stopped))  # once
+        t.join(timeout)
+        if t.is_alive():
+            return False
+        self._thread = None
+        return True
 
     def take(self) -> tuple[Pending, float]:
         """The finished batch and the seconds the trainer waited for it."""

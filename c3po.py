@@ -95,6 +95,16 @@ def clipped_surrogate(logp, old_logp, advantages, clip_low: float = 0.2, clip_hi
     return loss, clipped_low, clipped_high
 
 
+def dual_clip(loss_tok: torch.Tensor, advantages: torch.Tensor, c: float):
+    """Dual clip (grpo.dual_clip, verl's clip_ratio_c): for A < 0 the loss is at most c * |A|; (loss, where active)."""
+    if not c > 1:
+        raise ValueError(f"the dual-clip constant must be > 1, got {c}")
+    adv = advantages.unsqueeze(-1).to(loss_tok.dtype).expand_as(loss_tok)  # (N, T)
+    bound = -adv * c
+    active = (adv < 0) & (loss_tok > bound)
+    return torch.where(adv < 0, torch.minimum(loss_tok, bound), loss_tok), active
+
+
 def aggregate(
     loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: float | None = None, num_tokens: float | None = None,
     budget: float | None = None,
@@ -131,15 +141,19 @@ def policy_loss(
     # C3PO change 3 (Ring-lite Sec. 4.1): symmetric eps = 0.2 and a KL loss with beta = 1e-3 (needs ref_logp)
     clip_low=0.2, clip_high=0.2, kl_coef=1e-3,
     # C3PO change 2 (Sec. 3.2, Eq. 2): divide by the constant budget Phi; mask must be budget_mask(mask, kept)
-    loss_agg="budget", num_seqs=None, num_tokens=None, budget=None, token_weights=None,
+    loss_agg="budget", num_seqs=None, num_tokens=None, budget=None, token_weights=None, dual_clip_c=0.0,
 ):
     """C3PO loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
 
     Shapes: logp, old_logp, ref_logp, mask (N, T); advantages (N,). Returns (loss, metrics dict of floats).
     token_weights (N, T), detached, multiply the clipped surrogate per token (not the KL term): truncated
     importance sampling between the rollout engine and the trainer (rollout.tis_weights); None = all ones.
+    dual_clip_c: grpo.policy_loss's (verl's dual clip; 0 = off).
     """
     loss_tok, clipped_low, clipped_high = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
+    dual = None
+    if dual_clip_c:
+        loss_tok, dual = dual_clip(loss_tok, advantages, dual_clip_c)
     if token_weights is not None:
         loss_tok = loss_tok * token_weights
     kl = None
@@ -156,6 +170,8 @@ def policy_loss(
         "clip_frac_high": (clipped_high & m).sum().item() / n.item(),
         "kl": (kl[m].mean().item() if kl is not None and m.any() else 0.0),
     }
+    if dual is not None:
+        metrics["clip_frac_dual"] = (dual & m).sum().item() / n.item()
     return loss, metrics
 
 

@@ -22,7 +22,10 @@ Notable features
     'qwen-math' is Qwen2.5-Math's system prompt; 'r1-zero' DeepSeek-R1-Zero's completion template; 'dapo' DAPO's
     (an "Answer:" last line, what --reward math-dapo reads; also what 'auto' gives with that reward). A prompt is
     text the engines tokenize without adding special tokens: a chat template writes its own BOS, and the plain
-    templates start with the tokenizer's BOS when it adds one (Llama), so a prompt never has two.
+    templates start with the tokenizer's BOS when it adds one (Llama), so a prompt never has two. A chat template's
+    switches (Qwen3's `enable_thinking`) come from `--chat-template-kwargs` (JSON), passed to apply_chat_template;
+    `opens_thought` tells whether the resulting prompt leaves a thought open (R1-Distill's `<think>\\n`), which the
+    reward must know (reward.py, "Thoughts").
 """
 from __future__ import annotations
 
@@ -598,12 +601,15 @@ def write_jsonl(path: str, rows: list[dict]) -> None:
 # ------------------------------------------------------------------------------------------------
 # Prompts
 # ------------------------------------------------------------------------------------------------
-def build_prompt(tokenizer, question: str, kind: str = "math", template: str = "auto", system: str = "") -> str:
+def build_prompt(tokenizer, question: str, kind: str = "math", template: str = "auto", system: str = "",
+                 template_kwargs: dict | None = None) -> str:
     """The prompt text for `question` (TEMPLATES; the module docstring).
 
     kind: 'math' (the \\boxed{} instruction), 'code', or 'math-dapo' (DAPO's template, the question inside it).
     template 'auto' with kind 'math-dapo' is 'dapo'; a code question keeps its instruction under any template but
-    'qwen-math' and 'r1-zero' (math templates: refused by check_template)."""
+    'qwen-math' and 'r1-zero' (math templates: refused by check_template). template_kwargs: extra variables for the
+    chat template (`--chat-template-kwargs`, e.g. Qwen3's {"enable_thinking": false}), passed to
+    apply_chat_template as TRL's `chat_template_kwargs` and verl's `apply_chat_template_kwargs` are."""
     has_chat = bool(getattr(tokenizer, "chat_template", None))
     if template == "auto":
         template = "dapo" if kind == "math-dapo" else "chat" if has_chat else "plain"
@@ -615,7 +621,7 @@ def build_prompt(tokenizer, question: str, kind: str = "math", template: str = "
         else:
             content = f"{question}\n{CODE_INSTRUCTION if kind == 'code' else INSTRUCTION}"
         msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
-        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **(template_kwargs or {}))
     if template == "dapo":
         text = DAPO_TEMPLATE.replace("{question}", question) + "\n\n"
     elif template == "r1-zero":
@@ -623,6 +629,31 @@ def build_prompt(tokenizer, question: str, kind: str = "math", template: str = "
     else:
         text = PLAIN_TEMPLATE.replace("{question}", question).replace(INSTRUCTION, CODE_INSTRUCTION if kind == "code" else INSTRUCTION)
     return _bos(tokenizer) + (f"{system}\n\n" if system else "") + text
+
+
+def opens_thought(tokenizer, kind: str = "math", template: str = "auto", system: str = "",
+                  template_kwargs: dict | None = None) -> bool:
+    """Does the prompt leave a thought open, so that the response starts inside it? DeepSeek-R1-Distill's chat
+    template ends its generation prompt with `<think>\\n` (so does Qwen3-Thinking-2507's); Qwen3's hybrid template
+    opens none (the model writes `<think>` itself) and with enable_thinking false writes a closed, empty one. Read off
+    the text the template puts after a question: its last `<think>` comes after its last `</think>`. The reward reads
+    such responses as `<think>` + response (reward.py, "Thoughts")."""
+    marker = "\x00question\x00"
+    tail = build_prompt(tokenizer, marker, kind, template, system, template_kwargs).rsplit(marker, 1)[-1]
+    return tail.rfind("<think>") > tail.rfind("</think>")
+
+
+def parse_template_kwargs(text: str, flag: str = "--chat-template-kwargs") -> dict:
+    """`--chat-template-kwargs` as a dict: a JSON object ('' = none); anything else is one `error:` line."""
+    if not text:
+        return {}
+    try:
+        kw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"error: {flag}: not JSON ({e.msg} at character {e.pos}): {text!r}") from None
+    if not isinstance(kw, dict):
+        raise SystemExit(f"error: {flag}: must be a JSON object such as '{{\"enable_thinking\": false}}', got {text!r}")
+    return kw
 
 
 def _bos(tokenizer) -> str:
@@ -635,8 +666,12 @@ def _bos(tokenizer) -> str:
     return bos if ids and ids[0] == tokenizer.bos_token_id else ""
 
 
-def check_template(tokenizer, template: str, kind: str, flag: str = "--template") -> None:
+def check_template(tokenizer, template: str, kind: str, flag: str = "--template", template_kwargs: dict | None = None) -> None:
     """One `error:` line for a template this tokenizer or task cannot use."""
+    if template_kwargs and not getattr(tokenizer, "chat_template", None):
+        raise SystemExit("error: --chat-template-kwargs: the tokenizer has no chat template to pass them to")
+    if template_kwargs and template in ("plain", "r1-zero"):
+        raise SystemExit(f"error: --chat-template-kwargs: {flag} {template} is a completion template, not the chat template")
     if template not in TEMPLATES:
         raise SystemExit(f"error: {flag} {template!r}: not one of {', '.join(TEMPLATES)}")
     if template in ("chat", "qwen-math") and not getattr(tokenizer, "chat_template", None):

@@ -35,10 +35,12 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def evaluate(engine, tokenizer, examples, reward_fn, samples: int = 0, ks=(1,), temperature: float = 1.0,
              top_p: float = 1.0, max_new_tokens: int = 64, n_show: int = 0, kind: str = "math", template: str = "auto",
-             system: str = "", stop: tuple[str, ...] = ()) -> dict:
+             system: str = "", stop: tuple[str, ...] = (), template_kwargs: dict | None = None) -> dict:
     """Greedy accuracy (always) and, when samples > 0, avg@samples and pass@k for each k <= samples. Prompts are
-    built and responses end as in training (data.build_prompt with `template`; rollout.finish with `stop`)."""
-    prompts = [data.build_prompt(tokenizer, ex.prompt, kind, template, system) for ex in examples]
+    built and responses end as in training (data.build_prompt with `template` and `template_kwargs`; rollout.finish
+    with `stop`); `reward_fn` reads them as in training (a math reward built with thought_open when the prompts leave
+    a thought open: data.opens_thought)."""
+    prompts = [data.build_prompt(tokenizer, ex.prompt, kind, template, system, template_kwargs) for ex in examples]
     golds = [ex.answer for ex in examples]
     res = {}
     greedy = engine.generate(prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=stop))
@@ -93,6 +95,8 @@ def main(argv=None):
     ap.add_argument("--reward", default="math", choices=("math", "math-strict", "math-dapo"), help="how answers are graded")
     ap.add_argument("--template", default="auto", choices=tuple(data.TEMPLATES), help="prompt template (train.py --template)")
     ap.add_argument("--system-prompt", default="", help="system prompt for the chat templates")
+    ap.add_argument("--chat-template-kwargs", default="", help="JSON object of chat template switches, e.g. "
+                                                               "'{\"enable_thinking\": false}' (train.py --chat-template-kwargs)")
     ap.add_argument("--stop", default="", help="stop strings, '||'-separated (train.py --stop)")
     ap.add_argument("--out", default="", help="also write the JSON to this file")
     a = ap.parse_args(argv)
@@ -111,16 +115,20 @@ def main(argv=None):
     path = a.model or tiny.get_tiny_model()
     model, tok, path = lora.load_any(path, torch.float32)  # a LoRA checkpoint: merged onto its base
     kind = "math-dapo" if a.reward == "math-dapo" else "math"
-    data.check_template(tok, a.template, kind)
+    tkw = data.parse_template_kwargs(a.chat_template_kwargs)
+    data.check_template(tok, a.template, kind, template_kwargs=tkw)
+    thought_open = data.opens_thought(tok, kind, a.template, a.system_prompt, tkw)  # R1-Distill: the prompt opens it
     stop = tuple(codecs.decode(x, "unicode_escape") for x in a.stop.split("||") if x)
     engine = rollout.make_engine(a.rollout, model, tok, model_path=path, seed=a.seed,
                                  max_model_len=512 if not a.model else None)
     torch.manual_seed(a.seed + 7919)  # train.py's evaluation stream (run_eval)
-    res = evaluate(engine, tok, examples, MathReward(mode=a.reward), a.samples, ks, a.temperature, a.top_p,
-                   a.max_new_tokens, kind=kind, template=a.template, system=a.system_prompt, stop=stop)
+    res = evaluate(engine, tok, examples, MathReward(mode=a.reward, thought_open=thought_open), a.samples, ks,
+                   a.temperature, a.top_p, a.max_new_tokens, kind=kind, template=a.template, system=a.system_prompt,
+                   stop=stop, template_kwargs=tkw)
     res.pop("samples")
     res = {"model": a.model or path, "data": a.data, "problems": len(examples), **{k: v for k, v in vars(a).items() if k in (
-        "samples", "temperature", "top_p", "max_new_tokens", "seed", "rollout", "reward", "template", "stop")}, **res}
+        "samples", "temperature", "top_p", "max_new_tokens", "seed", "rollout", "reward", "template", "stop",
+        "chat_template_kwargs")}, "thought_open": thought_open, **res}
     print(json.dumps(res, indent=1))
     if a.out:
         with open(a.out, "w") as f:

@@ -2,8 +2,8 @@
 math-verify as the equivalence checker, under a hard wall-time bound per completion.
 
 Modes (MathReward(mode=...); `--reward` in train.py)
-  math         (default) the final answer wherever a careful grader looks, in the text after the last `</think>`
-               (nothing, when a `<think>` is never closed):
+  math         (default) the final answer wherever a careful grader looks, in the text after the thought ("Thoughts"
+               below: after the last `</think>`; nothing when a thought never closes):
                  1. the last *answer statement* wins: a `\\boxed{}` / `\\fbox{}`, an "Answer: X" / "Final Answer: X"
                     line, a line "**Final Answer**" followed by the answer, "the (final) answer is X", "#### X".
                     So a box followed by "wait, that's wrong ... the answer is 9" is graded on 9, and an
@@ -21,17 +21,35 @@ Modes (MathReward(mode=...); `--reward` in train.py)
                Rules 1-4 are this project's reading of what a grader does; math-verify's default extraction (which
                Skywork-OR1's released verifier calls) takes the box first and else the last expression, and does
                not see hedges or retractions.
-  math-strict  boxed-only, the format requirement of Skywork-OR1 (its verifier's format rule, Sec. 7.1): the last box group after
-               the last `</think>` (the whole text when there is none); no box means wrong, and so does an answer
-               statement after the last box (a retracted box is not the final answer). Multi-box answers and
-               hedges as in `math`. (Skywork-OR1's released `math_verify_reward_function` is looser: it calls
-               math-verify's default extraction, which falls back to the last expression when there is no box.
-               The project follows the paper's boxed format, as the Skywork recipe's prompt asks for it.)
+  math-strict  boxed-only, the format requirement of Skywork-OR1 (its verifier's format rule, Sec. 7.1): the last box
+               group after the thought ("Thoughts"); no box means wrong, and so does an answer statement after the
+               last box (a retracted box is not the final answer). Multi-box answers and hedges as in `math`.
+               (Skywork-OR1's released `math_verify_reward_function` is looser: it calls math-verify's default
+               extraction, which falls back to the last expression when there is no box. The project follows the
+               paper's boxed format, as the Skywork recipe's prompt asks for it.)
   math-dapo    DAPO's "Answer:" line, read as DAPO's code reads it (eval/math_dapo.py): only the last 300 characters,
-               the last match of `(?i)Answer\\s*:\\s*([^\\n]+)`; no match means wrong. DAPO then compares
-               Minerva-normalised strings for equality; here the line is compared with the equivalence check below,
-               which agrees with string equality on DAPO-Math-17k's integer answers and also accepts equal values
-               written differently ("1/2" for "0.5"). Use with data.py's DAPO prompt (build_prompt(kind="math-dapo")).
+               the last match of `(?i)Answer\\s*:\\s*([^\\n]+)`; no match means wrong. (DAPO reads the whole
+               response's tail; here the tail of the text after the thought, "Thoughts": the same text for the base
+               models DAPO trains, which write no thought tags.) DAPO then compares Minerva-normalised strings for
+               equality; here the line is compared with the equivalence check below, which agrees with string
+               equality on DAPO-Math-17k's integer answers and also accepts equal values written differently
+               ("1/2" for "0.5"). Use with data.py's DAPO prompt (build_prompt(kind="math-dapo")).
+
+Thoughts (every mode): one rule. The answer is read after the thought, and a thought that never closes holds no
+answer: a format error, scored `wrong_reward` like any wrong answer. A thought is opened either by the response
+(`<think>` in its text: Qwen3 with thinking on, DeepSeek-R1-Zero's template) or by the prompt: DeepSeek-R1-Distill's
+chat template ends the generation prompt with `<｜Assistant｜><think>\n` (Qwen3-Thinking-2507's with `<think>\n`), so
+the response holds `</think>` and never `<think>`. `MathReward(thought_open=True)` (train.py and evaluate.py set it
+when the prompt leaves a thought open, data.opens_thought) reads each response as `<think>` + response, so both cases
+meet the same rule: a response cut off by the length limit in mid-thought scores wrong even when it tried a
+`\boxed{}` on the way; a closed thought is read after its last `</think>`; a response with no thought tag at all,
+from a prompt that opened none, is read whole. Sources: rLLM / DeepScaleR's math reward (`RewardMathFn.__call__`,
+rllm/rewards/math_reward.py) returns its `format_error_reward` (0) when the response has no `</think>` (the models
+it trains, R1-Distill, get the `<think>` from the prompt); Skywork-OR1's copy of it (deepscaler_math/math_reward.py,
+the reward its training code calls) asks for both `<think>` and `</think>` in the response. Where the project
+departs: both read the text after the *first* `</think>` (`split("</think>")[1]`), the project after the last (a
+model that closes twice writes its answer after the second); and Skywork-OR1's `math_verify_reward_function` grades
+the whole text when there is no `</think>`, which grades a cut-off thought: the project never does.
 
 Equivalence (every mode): both answers are normalised, then compared by math-verify with the gold answer wrapped in
 `\\boxed{}` ("a crucial step", Skywork-OR1 Sec. 7.1). Normalisations math-verify lacks:
@@ -91,12 +109,22 @@ class Verdict:
 # ================================================================================================
 # 1. Extraction: where the final answer is
 # ================================================================================================
+THINK_OPEN = "<think>"  # what MathReward(thought_open=True) puts in front of a completion (the prompt's own tag)
+
+
+def after_thought(completion: str) -> str | None:
+    """The text after the thought: after the last </think>; None when a thought opened (<think>) and never closed,
+    the format error (module docstring, "Thoughts"); the whole text when there is no thought."""
+    if "</think>" in completion:
+        return completion.rsplit("</think>", 1)[1]
+    return None if THINK_OPEN in completion else completion
+
+
 def final_text(completion: str, mode: str = "math") -> str:
     """The part of the completion a grader reads: after the last </think>; nothing if a <think> never closes; inside
     the last <answer>...</answer> when there is one (DeepSeek-R1-Zero's format, data.py's --template r1-zero)."""
-    if "</think>" in completion:
-        completion = completion.rsplit("</think>", 1)[1]
-    elif mode == "math" and "<think>" in completion:
+    completion = after_thought(completion)
+    if completion is None:
         return ""
     tagged = re.findall(r"<answer>(.*?)</answer>", completion, re.S)
     return tagged[-1] if tagged else completion
@@ -215,7 +243,8 @@ def _box_group(text: str, boxes) -> list[str]:
 def extract(completion: str, mode: str = "math") -> list[str] | None:
     """The final answer as a list of parts (one part, or the parts of a multi-box / "or" answer); None: no answer."""
     if mode == "math-dapo":
-        found = re.findall(r"(?i)Answer\s*:\s*([^\n]+)", completion[-300:])
+        text = after_thought(completion)
+        found = re.findall(r"(?i)Answer\s*:\s*([^\n]+)", text[-300:]) if text is not None else None
         return split_alternatives(found[-1]) if found else None
     text = final_text(completion, mode)
     boxes = find_boxes(text)
@@ -490,7 +519,10 @@ def _worker_main(conn):
     _quiet_math_verify()
     for pred, gold in (("x^2+2x+1", "(x+1)^2"), ("[1,2)", "x \\ge 1"), ("\\frac{\\sqrt{2}}{2}", "0.7071")):
         check(f"\\boxed{{{pred}}}", gold, "math", 0)  # warm: the first job must not pay sympy's lazy imports
-    conn.send("ready")
+    try:
+        conn.send("ready")
+    except (BrokenPipeError, OSError):  # the trainer ended while this worker started (Ctrl-C)
+        return
     while True:
         try:
             msg = conn.recv()
@@ -511,7 +543,14 @@ class _Worker:
         self.conn, child = ctx.Pipe()
         # spawn, not fork: the trainer has torch threads (and maybe CUDA) that must not be forked
         self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True)
-        self.proc.start()
+        # SIGINT blocked while the child is created, so that it starts (and stays) with SIGINT blocked: a Ctrl-C to
+        # the process group during its start-up (spawn: a new interpreter) would otherwise traceback in it. The
+        # trainer gets a Ctrl-C that came meanwhile as soon as start() returns.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self.proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
         child.close()
         self.ready, self.job, self.t0 = False, None, 0.0
 
@@ -526,11 +565,13 @@ class MathReward:
 
     mode: 'math' (default, a careful grader), 'math-strict' (boxed only), 'math-dapo' (DAPO's "Answer:" line).
     workers: checking processes (0 = in the calling thread); a warm spare waits beside them to replace a killed one.
+    thought_open: the prompts end inside a thought (R1-Distill's generation prompt `<think>\n`, data.opens_thought):
+    each response is read as `<think>` + response, so one without `</think>` is a format error (module docstring).
     check_fn: the function a worker runs per completion (module-level, for pickling); `check` unless a test swaps it.
     """
 
     def __init__(self, correct_reward: float = 1.0, wrong_reward: float = 0.0, timeout: float = 5.0,
-                 workers: int | None = None, mode: str = "math", check_fn=None):
+                 workers: int | None = None, mode: str = "math", check_fn=None, thought_open: bool = False):
         if mode not in MODES:
             raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
         if not timeout > 0:
@@ -538,6 +579,7 @@ class MathReward:
         self.correct_reward, self.wrong_reward, self.timeout, self.mode = correct_reward, wrong_reward, timeout, mode
         self.workers = min(2, os.cpu_count() or 1) if workers is None else workers
         self.check_fn = check if check_fn is None else check_fn
+        self.thought_open = thought_open  # the prompt opened a thought: each response is read as <think> + response
         self._pool: list[_Worker] = []
         self._spare: _Worker | None = None
         self._ctx = mp.get_context("spawn")
@@ -580,6 +622,8 @@ class MathReward:
     def verdicts(self, completions: list[str], golds: list[str]) -> list[Verdict]:
         if len(completions) != len(golds):
             raise ValueError(f"{len(completions)} completions but {len(golds)} gold answers")
+        if self.thought_open:  # the prompt's open thought, in front of each response: one rule for both (docstring)
+            completions = [THINK_OPEN + c for c in completions]
         # No answer, an exact match, integers: no math-verify, no worker (the whole built-in task).
         out: list[Verdict | None] = [None] * len(completions)
         todo = collections.deque()

@@ -537,8 +537,18 @@ def _load_weights_per_parameter(llm, weights) -> None:
     llm.collective_rpc(load, args=(weights,))
 
 
-def tis_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor, cap: float = 2.0) -> torch.Tensor:
+TIS_MODES = ("truncate", "mask")  # --tis-mode: what a weight above the cap becomes
+
+
+def tis_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor, cap: float = 2.0,
+                mode: str = "truncate") -> torch.Tensor:
     """Truncated importance sampling (TIS): per-token min(exp(log pi_old - log pi_engine), cap), 0 where mask is 0.
+
+    mode 'truncate' (the default) caps a weight above `cap` at `cap` (TRL's vllm_importance_sampling_mode
+    'token_truncate'; verl's rollout_is='token', which clamps at rollout_is_threshold; AReaL's action='clamp');
+    'mask' drops such a token instead: weight 0, while it still counts in the loss's denominators (TRL's
+    'token_mask'; AReaL's ppo_actor_loss_fn with behav_imp_weight_cap, and its rejection sampling with
+    action='mask'). Weights at or below the cap are the plain ratio in both.
 
     The engine samples with its own kernels (and maybe precision), so its distribution pi_engine differs a little
     from the trainer's pi_old even with identical weights: a rollout is slightly off-policy. Multiplying each
@@ -547,9 +557,12 @@ def tis_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: tor
     with `vllm_importance_sampling_cap`). Off by default in the trainer. Inputs (N, T); trainer_logp are the
     old-policy log-probs from the trainer's forward, engine_logp `Completion.logprobs` padded to T.
     """
+    if mode not in TIS_MODES:
+        raise ValueError(f"tis mode {mode!r} is not one of {', '.join(TIS_MODES)}")
     m = mask.bool()
     diff = (trainer_logp.detach() - engine_logp.detach()).masked_fill(~m, 0.0)
-    return torch.exp(diff).clamp(max=cap) * m
+    w = torch.exp(diff)
+    return (w.clamp(max=cap) if mode == "truncate" else w.masked_fill(w > cap, 0.0)) * m
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")

@@ -18,7 +18,10 @@ Rules, and the choice behind each:
     the run (RESUME_FREE: --max-steps, checkpoint and evaluation cadence, memory knobs, trackers, threads) change
     freely. What defines the evaluation (its data, problems, decoding, seed) never changes: before and after are
     always measured on the same problems.
-  * --resume auto says what it does: "resuming from step N of DIR", or "no checkpoint in DIR: starting fresh".
+  * --resume auto says what it does: "resuming from step N of DIR"; on a run stopped before its first checkpoint,
+    that run starts again from step 0 with its own settings (its config.json, checked against the flags given as a
+    checkpoint's are), never with the defaults or another recipe; "no checkpoint in DIR: starting fresh" where the
+    directory holds no run; on a finished run, that it is finished (exit 0, nothing changed).
   * Checkpoints are written to checkpoint-N.tmp and renamed (a crash never leaves half of one); the newest
     --keep-checkpoints are kept. Ctrl-C (SIGINT) ends the run with one line (the step reached, the last checkpoint,
     the command that resumes it) and exit status 130; steps after the last checkpoint are lost, never half-saved.
@@ -29,7 +32,9 @@ import json
 import os
 import random
 import shutil
+import signal
 import sys
+import threading
 
 import torch
 
@@ -41,7 +46,7 @@ RESUME_FREE = {"max_steps", "resume", "resume_override", "overwrite", "output_di
 # settings that define the run or its evaluation: never changed on resume, even with --resume-override
 RESUME_FIXED = {"model", "recipe", "train_data", "stages", "curriculum", "seed", "lora_rank", "lora_targets",
                 "load_in_4bit", "eval_data", "eval_split", "eval_problems", "eval_samples", "eval_temperature",
-                "eval_top_p", "template", "system_prompt"}
+                "eval_top_p", "template", "system_prompt", "chat_template_kwargs"}
 
 
 def main_process() -> bool:
@@ -117,6 +122,48 @@ def set_rng_states(accelerator, states: list[dict]) -> None:
         torch.cuda.set_rng_state(mine["cuda"])
 
 
+def check_shared_run_dir(accelerator, output_dir: str, resume_from: str | None) -> None:
+    """Several processes (several machines): the run directory must be one directory that every process sees.
+
+    Only the global main process writes it (config, metrics, checkpoints), and on --resume every process reads the
+    checkpoint (weights, optimizer, its own RNG streams, the samplers): a run directory on each node's local disk
+    would leave the other nodes resuming from nothing, or from another run. So before anything is written the main
+    process puts a probe file in the directory (or in its nearest existing parent) and every process looks for it,
+    and all processes compare the checkpoint --resume found; one `error:` line on every process when they disagree.
+    A collective (two all_gather_object calls); nothing is left behind."""
+    if accelerator.num_processes == 1:
+        return
+    import uuid
+
+    probe = None
+    if accelerator.is_main_process:
+        where = os.path.abspath(output_dir)
+        while not os.path.isdir(where):
+            where = os.path.dirname(where)
+        probe = os.path.join(where, f".grpo-recipes-probe-{uuid.uuid4().hex}")
+        open(probe, "w").close()
+    try:
+        shared = [None] * accelerator.num_processes
+        torch.distributed.all_gather_object(shared, probe)
+        mine = (os.path.exists(shared[0]), os.path.abspath(resume_from) if resume_from else None,
+                os.environ.get("GROUP_RANK", "0"))
+        every = [None] * accelerator.num_processes
+        torch.distributed.all_gather_object(every, mine)
+    finally:
+        if probe:
+            os.remove(probe)
+    blind = [f"process {r} (node {node})" for r, (seen, _, node) in enumerate(every) if not seen]
+    if blind:
+        raise SystemExit(f"error: --output-dir {output_dir}: {', '.join(blind)} cannot see what the main process writes "
+                         "there; with several machines the run directory must be on a filesystem every node mounts at "
+                         "the same path (docs/multi_gpu.md)")
+    found = {ck for _, ck, _ in every}
+    if len(found) > 1:
+        what = ", ".join(f"process {r} (node {node}): {ck or 'none'}" for r, (_, ck, node) in enumerate(every))
+        raise SystemExit(f"error: --resume: the processes found different checkpoints ({what}); every node must see "
+                         "the same run directory (docs/multi_gpu.md)")
+
+
 def checkpoints(output_dir: str) -> list[str]:
     """checkpoint-N directories of a run, oldest first (a .tmp left by a crash is not one)."""
     if not os.path.isdir(output_dir):
@@ -166,20 +213,50 @@ def clear_run(output_dir: str) -> None:
 
 
 def resolve_resume(resume: str, output_dir: str) -> str | None:
-    """The checkpoint --resume names ('auto': the newest in output_dir, None and a line saying so if there is none)."""
+    """The checkpoint --resume names ('auto': the newest in output_dir, None if there is none)."""
     if not resume:
         return None
     if resume == "auto":
-        ck = latest_checkpoint(output_dir)
-        if ck is None:
-            say(f"no checkpoint in {output_dir}: starting fresh")
-        return ck
+        return latest_checkpoint(output_dir)
+    if not os.path.exists(resume):
+        raise SystemExit(f"error: --resume {resume!r}: does not exist")
     if not os.path.exists(os.path.join(resume, "trainer_state.pt")):
         raise SystemExit(f"error: --resume {resume!r}: not a checkpoint directory (no trainer_state.pt)")
     if not any(os.path.exists(os.path.join(resume, f)) for f in ("config.json", "adapter_config.json")):
         raise SystemExit(f"error: --resume {resume!r}: its model is missing (no config.json or adapter_config.json; "
                          "expected a checkpoint-N directory written by train.py)")
     return resume
+
+
+def restart_config(output_dir: str, builtin_models=()) -> dict | None:
+    """--resume auto on a run that stopped before its first checkpoint: that run's settings, from its config.json
+    (None: the directory holds no run, and a fresh run starts with the flags given). Its "model" is the resolved path;
+    one of `builtin_models` (what --model '' resolves to) goes back to '' so the run is rebuilt as it was started."""
+    path = os.path.join(output_dir, "config.json")
+    if not os.path.exists(path):
+        say(f"no checkpoint in {output_dir}: starting fresh")
+        return None
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"error: --resume auto: {path} cannot be read ({type(e).__name__}: {e}); "
+                         "--overwrite replaces that run") from None
+    if saved.get("model") and os.path.realpath(saved["model"]) in {os.path.realpath(m) for m in builtin_models}:
+        saved["model"] = ""
+    say(f"no checkpoint in {output_dir}: its run (--recipe {saved.get('recipe', '?')}, "
+        f"--model {saved.get('model') or 'the built-in tiny model'}) starts again from step 0 with its settings "
+        f"(its config.json)")
+    return saved
+
+
+def check_finished(ckpt: str, max_steps: int, output_dir: str) -> None:
+    """--resume on a run that is finished (its final checkpoint and summary.json): say so, exit 0, change nothing."""
+    step = int(ckpt.rstrip("/").rsplit("-", 1)[-1])
+    if step >= max_steps and os.path.exists(os.path.join(output_dir, "summary.json")):
+        say(f"{output_dir}: its run is finished (step {step} of {max_steps}, summary.json): nothing to resume; "
+            f"--max-steps N (more than {step}) continues it")
+        raise SystemExit(0)
 
 
 def saved_config(ckpt: str) -> dict:
@@ -220,8 +297,25 @@ def write_run_config(path: str, cfg: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
-def interrupted(output_dir: str, step: int | None, max_steps: int, launched_by_accelerate: bool) -> None:
-    """Ctrl-C: one line saying where the run stopped and how to continue it; exit status 130 (128 + SIGINT)."""
+def interrupted(output_dir: str, step: int | None, max_steps: int, launched_by_accelerate: bool, stop=()) -> None:
+    """Ctrl-C: one line saying where the run stopped and how to continue it; exit status 130 (128 + SIGINT).
+
+    Whatever still works beside the main thread is ended first, each object in `stop` by its .stop() (the
+    --rollout-lag producer thread: async_rollout.Producer.stop) or .close() (reward worker processes), so that no
+    thread is inside torch when the interpreter exits (that aborts: "terminate called without an active
+    exception", exit 134) and no worker is left behind. A second Ctrl-C meanwhile is ignored. Were a thread still
+    alive after that, the process ends with os._exit(130) once the line is written."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the one line, not a traceback from a second Ctrl-C
+    clean = True
+    for obj in stop:
+        if obj is None:
+            continue
+        try:
+            done = obj.stop() if hasattr(obj, "stop") else obj.close()
+            clean = clean and done is not False
+        except Exception:  # noqa: BLE001 (a part that fails to stop must not cost the line)
+            clean = False
     if main_process() and sys.stderr.isatty():
         print(file=sys.stderr)  # below the progress bar's line
     ck = latest_checkpoint(output_dir)
@@ -231,4 +325,8 @@ def interrupted(output_dir: str, step: int | None, max_steps: int, launched_by_a
         say(f"interrupted {where}; last checkpoint: {ck}; resume with: {cmd}")
     else:
         say(f"interrupted {where}; no checkpoint yet (--save-every): nothing to resume; start again with: {cmd}")
+    if not clean:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     raise SystemExit(130)

@@ -79,8 +79,9 @@ def main(argv=None):
     try:
         run = setup(cfg)  # everything that can fail on bad input is checked before the run directory is touched
         return train(run)
-    except KeyboardInterrupt:
-        runs.interrupted(cfg.output_dir, run.step if run else None, cfg.max_steps, "LOCAL_RANK" in os.environ)
+    except KeyboardInterrupt:  # the producer thread and the reward workers are stopped before the line
+        runs.interrupted(cfg.output_dir, run.step if run else None, cfg.max_steps, "LOCAL_RANK" in os.environ,
+                         stop=[run.producer, *(t.reward_fn for t in run.tasks)] if run else ())
 
 
 # ------------------------------------------------------------------------------------------------
@@ -324,17 +325,19 @@ def microbatch_loss(cfg: Config, model, ref_model, batch, adv, old_logp, mask, a
     if ref_model is not None:
         with torch.no_grad():
             ref = response_logprobs(ref_model, batch, cfg.temperature, chunk_size=cfg.logprob_chunk)[0]
-    tis = tis_weights(old, engine_logp, mask, cfg.tis_cap) if engine_logp is not None else None
+    tis = tis_weights(old, engine_logp, mask, cfg.tis_cap, cfg.tis_mode) if engine_logp is not None else None
     agg = dict(loss_agg="budget", budget=cfg.token_budget / world) if cfg.token_budget else dict(loss_agg=cfg.loss_agg)
     loss, m = algorithm(cfg).policy_loss(logp, old, adv, mask, ref, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                                         kl_coef=cfg.kl_coef, num_seqs=num_seqs, num_tokens=num_tokens, token_weights=tis, **agg)
+                                         kl_coef=cfg.kl_coef, num_seqs=num_seqs, num_tokens=num_tokens, token_weights=tis,
+                                         dual_clip_c=cfg.dual_clip, **agg)
     if alpha:
         eterm, _ = entropy.entropy_loss(ent, mask, alpha, num_seqs=num_seqs, num_tokens=num_tokens, **agg)
         loss = loss + eterm
     stats = {"loss": loss.item(), **m, "entropy_sum": (ent * mask).sum().item(), "tokens": mask.sum().item(),
              "nll_sum": -(old * batch.mask).sum().item(), "resp_tokens": batch.mask.sum().item()}
     if tis is not None:  # truncated IS: engine (behaviour) vs trainer's pi_old, per token (trainer.metrics.TIS_SUMS)
-        stats["tis"] = {"weight": (tis * mask).sum().item(), "capped": ((tis >= cfg.tis_cap) & mask.bool()).sum().item(),
+        over = (tis >= cfg.tis_cap) if cfg.tis_mode == "truncate" else (tis == 0)  # capped, or dropped (mask)
+        stats["tis"] = {"weight": (tis * mask).sum().item(), "capped": (over & mask.bool()).sum().item(),
                         "logp_gap": ((old - engine_logp).abs() * mask).sum().item(), "tokens": mask.sum().item(),
                         "weight_sq": (tis * tis * mask).sum().item()}
     return loss, stats
@@ -394,7 +397,8 @@ def run_eval(run: Run, step: int, sampled: bool = False) -> dict | None:
             torch.manual_seed(cfg.seed + 7919)  # the same sampled evaluation before and after, whatever came between
             res = evaluate(run.engine, run.tok, task.eval_set, task.reward_fn, samples=k, ks=(1, k) if k else (1,),
                            temperature=cfg.eval_temperature, top_p=cfg.eval_top_p, max_new_tokens=task.max_new_tokens,
-                           n_show=8, kind=task.kind, template=cfg.template, system=cfg.system_prompt, stop=cfg.stops)
+                           n_show=8, kind=task.kind, template=cfg.template, system=cfg.system_prompt, stop=cfg.stops,
+                           template_kwargs=data.parse_template_kwargs(cfg.chat_template_kwargs))
         prefix = "eval/" if len(run.tasks) == 1 else f"eval/{task.name}/"
         shown += [{"step": step, **({"task": task.name} if len(run.tasks) > 1 else {}), **s} for s in res.pop("samples")]
         row.update({prefix + key: v for key, v in res.items()})

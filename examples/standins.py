@@ -16,6 +16,11 @@ Kinds (what each imitates):
   qwen2.5-instruct  tokenizer EOS <|im_end|>, generation_config EOS [<|im_end|>, <|endoftext|>], sampling defaults
   llama3-instruct   the tokenizer adds <|begin_of_text|> itself, no pad token, EOS <|end_of_text|>, turns end with
                     <|eot_id|>, generation_config EOS [<|end_of_text|>, <|eom_id|>, <|eot_id|>]
+  r1-distill-qwen   DeepSeek-R1-Distill-Qwen: EOS <｜end▁of▁sentence｜>, the tokenizer adds <｜begin▁of▁sentence｜>, and
+                    the chat template's generation prompt opens the thought (<｜Assistant｜><think>\n): responses
+                    hold </think> and never <think>
+  qwen3             Qwen3 (hybrid thinking): ChatML, EOS <|im_end|>; the model writes <think> itself, and the template
+                    switch enable_thinking=false writes an empty closed thought into the prompt
 
 The weights are random except for one choice that makes the stand-ins behave like a chat model in length: every
 embedding row has a constant first coordinate, so the final hidden state always has a large positive first
@@ -49,6 +54,19 @@ LLAMA3_CHAT_TEMPLATE = (  # Llama-3.x instruct's template without its tool-calli
     "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}"
     "{%- endfor %}{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}")
 
+R1_DISTILL_CHAT_TEMPLATE = (  # DeepSeek-R1-Distill-Qwen's template without its tool branches: the generation prompt
+    # opens the thought, so responses hold </think> and never <think>
+    "{{- bos_token }}{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] }}{%- endif %}"
+    "{%- for message in messages %}{%- if message['role'] == 'user' %}{{- '<｜User｜>' + message['content'] }}"
+    "{%- elif message['role'] == 'assistant' %}{{- '<｜Assistant｜>' + message['content'] + '<｜end▁of▁sentence｜>' }}"
+    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<｜Assistant｜><think>\\n' }}{%- endif %}")
+QWEN3_CHAT_TEMPLATE = (  # Qwen3's (hybrid thinking) template without its tool and history-stripping branches
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}")
+
 KINDS = {
     "qwen2.5-base": dict(family="qwen2", specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], eos="<|endoftext|>",
                          pad="<|endoftext|>", bos=None, end_of_turn="<|im_end|>", template=QWEN_CHAT_TEMPLATE,
@@ -62,8 +80,18 @@ KINDS = {
                             eos="<|eot_id|>", pad=None, bos="<|begin_of_text|>", end_of_turn="<|eot_id|>",
                             template=LLAMA3_CHAT_TEMPLATE, gen_eos=["<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"],
                             sampling=dict(do_sample=True, temperature=0.6, top_p=0.9)),
+    # <think> / </think> are added tokens that are not special (as in the real tokenizers): decoding keeps them
+    "r1-distill-qwen": dict(family="qwen2", specials=["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>",
+                                                      "<｜Assistant｜>"], thinking=["<think>", "</think>"],
+                            eos="<｜end▁of▁sentence｜>", pad="<｜end▁of▁sentence｜>", bos="<｜begin▁of▁sentence｜>",
+                            end_of_turn="<｜end▁of▁sentence｜>", template=R1_DISTILL_CHAT_TEMPLATE,
+                            gen_eos=["<｜end▁of▁sentence｜>"], sampling=dict(do_sample=True, temperature=0.6, top_p=0.95)),
+    "qwen3": dict(family="qwen3", specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], thinking=["<think>", "</think>"],
+                  eos="<|im_end|>", pad="<|endoftext|>", bos=None, end_of_turn="<|im_end|>", template=QWEN3_CHAT_TEMPLATE,
+                  gen_eos=["<|im_end|>", "<|endoftext|>"],
+                  sampling=dict(do_sample=True, temperature=0.6, top_p=0.95, top_k=20)),
 }
-VOCAB = {"qwen2": 151_936, "llama": 128_256}  # the real models' embedding rows
+VOCAB = {"qwen2": 151_936, "qwen3": 151_936, "llama": 128_256}  # the real models' embedding rows
 BIAS = {"known": 10.0, "end_of_turn": 15.5, "padded": 14.8}  # logit offsets (module docstring)
 
 
@@ -94,13 +122,14 @@ def build_tokenizer(kind: str, vocab_size: int = 4000):
     tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token=spec["eos"], pad_token=spec["pad"], bos_token=spec["bos"],
                                   model_max_length=32768)
     tok.add_special_tokens({"additional_special_tokens": [t for t in spec["specials"] if t not in (spec["eos"], spec["pad"], spec["bos"])]})
+    tok.add_tokens(spec.get("thinking", []))  # not special: kept by decode(skip_special_tokens=True), as the real ones
     tok.chat_template = spec["template"]
     return tok
 
 
 def build_model(kind: str, tokenizer, layers: int = 2, hidden: int = 64, seed: int = 0):
     """The real architecture at the real vocabulary size, `layers` small layers, biased as the module docstring says."""
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
     spec = KINDS[kind]
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in spec["specials"]}
@@ -110,7 +139,10 @@ def build_model(kind: str, tokenizer, layers: int = 2, hidden: int = 64, seed: i
                   bos_token_id=ids[spec["bos"]] if spec["bos"] else None,
                   pad_token_id=ids[spec["pad"]] if spec["pad"] else None)
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(Qwen2Config(**common)) if spec["family"] == "qwen2" else LlamaForCausalLM(LlamaConfig(**common))
+    if spec["family"] == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(**common, head_dim=hidden // 2))
+    else:
+        model = Qwen2ForCausalLM(Qwen2Config(**common)) if spec["family"] == "qwen2" else LlamaForCausalLM(LlamaConfig(**common))
     with torch.no_grad():
         model.get_input_embeddings().weight[:, 0] = 3.0  # the constant coordinate the LM head reads as a bias
         head = model.get_output_embeddings().weight

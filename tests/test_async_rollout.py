@@ -153,3 +153,92 @@ def test_lag_refuses_what_it_cannot_do(trained_model_path, tmp_path, capsys):
         code = data.cli(train.main, ["--model", trained_model_path, "--output-dir", str(tmp_path / "x"), *extra])
         err = capsys.readouterr().err
         assert code == 2 and err.startswith("error: --rollout-lag") and what in err, err
+
+
+# ------------------------------------------------------------------------------------------------
+# The decoupled loss's options against hand-computed float64 values (async_rollout.py's docstring)
+# ------------------------------------------------------------------------------------------------
+# Two responses, eps_low 0.2, eps_high 0.28, cap C = 2. Row 0: A = -1, three tokens; row 1: A = +2, two tokens (+ pad).
+#   r = pi_theta / pi_prox        row 0: 1.5, 4.0, 0.5      row 1: 1.1, 1.3
+#   w = pi_prox / pi_behav        row 0: 1.0, 2.5, 1.5      row 1: 3.0, 0.5
+# clipped loss max(-A r, -A clip(r, 0.8, 1.28)):  row 0: 1.5, 4.0, 0.8   row 1: -2.2, -2.56
+# dual clip C = 3 (A < 0: at most 3 |A| = 3):     row 0: 1.5, 3.0, 0.8
+# weights, truncate: row 0: 1, 2, 1.5   row 1: 2, 0.5;    mask: row 0: 1, 0, 1.5   row 1: 0, 0.5
+# seq-mean-token-mean (verl's agg_loss), token-mean (AReaL's: denominator = all 5 tokens, the dropped ones included):
+ROW_SUMS = {  # (tis_mode, dual_clip): the weighted clipped loss summed over each row's tokens
+    ("truncate", 0): (1.5 * 1 + 4.0 * 2 + 0.8 * 1.5, -2.2 * 2 - 2.56 * 0.5),  # 10.7, -5.68
+    ("mask", 0): (1.5 * 1 + 4.0 * 0 + 0.8 * 1.5, -2.2 * 0 - 2.56 * 0.5),  # 2.7, -1.28 (AReaL's behav_imp_weight_cap 2)
+    ("truncate", 3): (1.5 * 1 + 3.0 * 2 + 0.8 * 1.5, -2.2 * 2 - 2.56 * 0.5),  # 8.7, -5.68 (verl's defaults, cap 2)
+    ("mask", 3): (1.5 * 1 + 3.0 * 0 + 0.8 * 1.5, -2.2 * 0 - 2.56 * 0.5),  # AReaL with c_clip 3: the same as mask
+}
+HAND = {}  # (tis_mode, dual_clip, loss_agg): loss. seq-mean-token-mean: rows / their 3 and 2 tokens, mean of 2 rows;
+for (mode, dual), (a, b) in ROW_SUMS.items():  # token-mean: / all 5 tokens, the dropped ones included (AReaL's)
+    HAND[(mode, dual, "seq-mean-token-mean")] = (a / 3 + b / 2) / 2  # 0.363333..., 0.13, 0.03, 0.13
+    HAND[(mode, dual, "token-mean")] = (a + b) / 5  # 1.004, 0.284, 0.604, 0.284
+# d loss / d log pi_theta (seq-mean-token-mean): w r (-A) / n_i / 2 where the unclipped term is the active one, else 0
+HAND_GRAD = {
+    ("truncate", 0): [[1.5 / 6, 2 * 4.0 / 6, 0.0], [2 * -2.2 / 4, 0.0]],
+    ("truncate", 3): [[1.5 / 6, 0.0, 0.0], [2 * -2.2 / 4, 0.0]],  # the dual-clipped token: a constant, no gradient
+    ("mask", 0): [[1.5 / 6, 0.0, 0.0], [0.0, 0.0]],  # dropped tokens: no gradient
+}
+
+
+def _decoupled_case():
+    dt = torch.float64
+    prox = torch.log(torch.tensor([[0.3, 0.2, 0.4], [0.5, 0.25, 0.9]], dtype=dt))
+    r = torch.tensor([[1.5, 4.0, 0.5], [1.1, 1.3, 1.0]], dtype=dt)
+    w = torch.tensor([[1.0, 2.5, 1.5], [3.0, 0.5, 1.0]], dtype=dt)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=dt)
+    return prox, prox + torch.log(r), prox - torch.log(w), mask, torch.tensor([-1.0, 2.0], dtype=dt)
+
+
+@pytest.mark.parametrize("key", sorted(HAND))
+def test_decoupled_loss_options_by_hand(key, monkeypatch):
+    """train.microbatch_loss with --tis-mode / --dual-clip / --loss-agg on hand-made log-probs: the float64 loss is
+    the hand-computed one, and verl's seq-mean-token-mean (rows divided by n + 1e-8) differs by < 1e-8."""
+    tis_mode, dual, agg = key
+    prox, theta, behav, mask, adv = _decoupled_case()
+    theta = theta.clone().requires_grad_(True)
+    monkeypatch.setattr(train, "response_logprobs", lambda model, batch, *a, **k: (theta, torch.zeros_like(theta)))
+    cfg = config.parse_config(["--rollout-lag", "1", "--tis-mode", tis_mode, "--dual-clip", str(dual), "--loss-agg", agg,
+                              "--clip-low", "0.2", "--clip-high", "0.28"])
+    assert cfg.tis_cap == 2.0
+    batch = batches.Batch(None, None, None, None, mask, 0)
+    loss, stats = train.microbatch_loss(cfg, None, None, batch, adv, prox, mask, 0.0, 2.0, 5.0, 1, behav)
+    assert loss.dtype == torch.float64 and loss.item() == pytest.approx(HAND[key], abs=1e-12)
+    if agg == "seq-mean-token-mean":  # verl's agg_loss, transcribed: token sums / (count + 1e-8), mean over rows
+        sums = ROW_SUMS[(tis_mode, dual)]
+        verl = (sums[0] / (3 + 1e-8) + sums[1] / (2 + 1e-8)) / 2
+        assert 0 < abs(verl - loss.item()) < 1e-8
+    if dual:
+        assert stats["clip_frac_dual"] == pytest.approx(0.2)  # one token of five is bounded
+    else:
+        assert "clip_frac_dual" not in stats
+    assert stats["tis"]["capped"] == 2 and stats["tis"]["tokens"] == 5  # capped or dropped: the tokens with w = 2.5 and 3.0
+    if agg == "seq-mean-token-mean" and (tis_mode, dual) in HAND_GRAD:
+        loss.backward()
+        want = HAND_GRAD[(tis_mode, dual)]
+        got = theta.grad
+        for i in range(2):
+            for t in range(len(want[i])):
+                assert got[i, t].item() == pytest.approx(want[i][t], abs=1e-12), (i, t)
+
+
+def test_tis_modes_and_dual_clip_units():
+    prox, _, behav, mask, adv = _decoupled_case()
+    w_t = rollout.tis_weights(prox, behav, mask, 2.0)
+    w_m = rollout.tis_weights(prox, behav, mask, 2.0, "mask")
+    assert torch.allclose(w_t, torch.tensor([[1.0, 2.0, 1.5], [2.0, 0.5, 0.0]], dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(w_m, torch.tensor([[1.0, 0.0, 1.5], [0.0, 0.5, 0.0]], dtype=torch.float64), atol=1e-12)
+    assert torch.equal(rollout.tis_weights(prox, behav, mask, 10.0, "mask"), rollout.tis_weights(prox, behav, mask, 10.0))
+    with pytest.raises(ValueError, match="tis mode 'clamp'"):
+        rollout.tis_weights(prox, behav, mask, 2.0, "clamp")
+    import c3po
+    import grpo
+
+    loss = torch.tensor([[4.0, -1.0], [5.0, 0.5]], dtype=torch.float64)
+    for f in (grpo.dual_clip, c3po.dual_clip):
+        out, active = f(loss, torch.tensor([-1.0, 2.0], dtype=torch.float64), 3.0)
+        assert out.tolist() == [[3.0, -1.0], [5.0, 0.5]] and active.tolist() == [[True, False], [False, False]]
+        with pytest.raises(ValueError, match="must be > 1"):
+            f(loss, torch.tensor([-1.0, 2.0]), 1.0)

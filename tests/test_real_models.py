@@ -17,6 +17,8 @@ import train
 from rollout import FastEngine, HFEngine, SamplingParams
 from trainer import batches
 from trainer import logprobs
+from trainer import setup as trainer_setup
+from trainer import stages
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 import standins  # noqa: E402
@@ -192,3 +194,88 @@ def test_reward_is_read_from_the_responses_own_turn(standin):
     assert reward([c.text, c.text], ["5", "7"])[1] == [True, False]
     old = rollout.finish(tok, ids, [tok.eos_token_id])
     assert old.truncated and reward([old.text], ["5"])[1] == [False]
+
+
+# ------------------------------------------------------------------------------------------------
+# Thinking models: a thought the prompt opens (R1-Distill) or the response opens (Qwen3) must close before an answer
+# ------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def thinking_tok():
+    """thinking_tok(kind) -> the tokenizer of the R1-Distill / Qwen3 stand-in (no model needed), built once."""
+    built = {}
+
+    def get(kind):
+        if kind not in built:
+            built[kind] = standins.build_tokenizer(kind)
+        return built[kind]
+
+    return get
+
+
+CUT_OFF = "Let me add: 2+3 = \\boxed{5}, so maybe 5. Wait, let me check the carry once more and"  # the length limit hit
+CLOSED = "2+3 = \\boxed{4}? No: 2+3 = 5.\n</think>\n\nThe sum is \\boxed{5}."
+
+
+@pytest.mark.parametrize("mode", ["math", "math-strict", "math-dapo"])
+def test_a_thought_the_prompt_opens_must_close(thinking_tok, mode):
+    """R1-Distill: the generation prompt ends with <think>\\n, so a response is inside a thought from its first token.
+    Cut off mid-thought with a box on the way: a format error (the wrong reward, -1 here), in every mode; the same
+    text scored as if no thought were open would be right (math). A closed thought is read after </think>."""
+    from reward import MathReward
+
+    tok = thinking_tok("r1-distill-qwen")
+    assert data.build_prompt(tok, "What is 2+3?").endswith("<｜Assistant｜><think>\n") and data.opens_thought(tok)
+    for t in (CUT_OFF, CLOSED):  # the thought tags survive decoding (they are not special tokens)
+        assert tok.decode(tok(t, add_special_tokens=False)["input_ids"], skip_special_tokens=True) == t
+    closed = CLOSED + ("\nAnswer: 5" if mode == "math-dapo" else "")
+    r = MathReward(correct_reward=1.0, wrong_reward=-1.0, workers=0, mode=mode, thought_open=True)
+    rewards, correct, _ = r([CUT_OFF, closed, CUT_OFF + " 9 </think> no box here"], ["5", "5", "5"])
+    assert correct == [False, True, False] and rewards == [-1.0, 1.0, -1.0]
+    blind = MathReward(workers=0, mode=mode)  # not told the prompt opened a thought: grades the cut-off thought
+    assert blind([CUT_OFF], ["5"])[1] == [mode != "math-dapo"]  # (math-dapo: no "Answer:" line in it anyway)
+
+
+def test_a_thought_the_response_opens_and_qwen3_switch(thinking_tok):
+    """Qwen3's hybrid template: the prompt opens no thought, the model writes <think> itself (the same rule: unclosed
+    is a format error); --chat-template-kwargs '{"enable_thinking": false}' reaches the template, which writes an
+    empty closed thought, and a plain answer is read whole."""
+    from reward import MathReward
+
+    tok = thinking_tok("qwen3")
+    on = data.build_prompt(tok, "What is 2+3?")
+    off = data.build_prompt(tok, "What is 2+3?", template_kwargs={"enable_thinking": False})
+    assert on.endswith("<|im_start|>assistant\n") and off == on + "<think>\n\n</think>\n\n"
+    assert not data.opens_thought(tok) and not data.opens_thought(tok, template_kwargs={"enable_thinking": False})
+    for mode in ("math", "math-strict"):
+        r = MathReward(workers=0, mode=mode, thought_open=data.opens_thought(tok))
+        assert r(["<think>\n" + CUT_OFF, "<think>\n" + CLOSED, "The sum is \\boxed{5}."], ["5"] * 3)[1] == [False, True, True]
+    with pytest.raises(SystemExit, match="^error: --chat-template-kwargs: not JSON"):
+        data.parse_template_kwargs("{enable_thinking: false}")
+    with pytest.raises(SystemExit, match="^error: --chat-template-kwargs: must be a JSON object"):
+        config.parse_config(["--chat-template-kwargs", "[1]"])
+    with pytest.raises(SystemExit, match="^error: --chat-template-kwargs: --template plain is a completion template"):
+        data.check_template(tok, "plain", "math", template_kwargs={"enable_thinking": False})
+
+
+def test_training_and_evaluation_follow_the_prompt(thinking_tok):
+    """train.py tells each task's reward whether its prompts open a thought (make_tasks, from the template and
+    --chat-template-kwargs), and evaluation scores with that reward: the cut-off thought is wrong there too."""
+    import evaluate
+    from rollout import Completion
+
+    r1, qwen3 = thinking_tok("r1-distill-qwen"), thinking_tok("qwen3")
+    exs = [data.Example("What is 2+3?", "5")]
+    for tok, kw, want in [(r1, "", True), (qwen3, "", False), (qwen3, '{"enable_thinking": false}', False)]:
+        cfg = config.parse_config(["--chat-template-kwargs", kw, "--reward-workers", "0"])
+        task = trainer_setup.make_tasks(cfg, stages.parse_stages(cfg), [(exs, exs)], tok)[0]
+        assert task.reward_fn.thought_open is want
+
+    class Scripted:
+        def generate(self, prompts, n, params):
+            assert all(p.endswith("<think>\n") for p in prompts)
+            return [[Completion([1], CUT_OFF, 40, True)] for _ in prompts]
+
+    cfg = config.parse_config(["--reward-workers", "0"])
+    task = trainer_setup.make_tasks(cfg, stages.parse_stages(cfg), [(exs, exs)], r1)[0]
+    assert evaluate.evaluate(Scripted(), r1, exs, task.reward_fn, template="auto")["accuracy"] == 0.0
+    assert evaluate.evaluate(Scripted(), r1, exs, trainer_setup.make_reward(cfg, "math"), template="auto")["accuracy"] == 1.0

@@ -1,5 +1,8 @@
-"""The project's offline tools, each run as `python -m tools.NAME` from the repository root:
+"""Tools run from the repository root as `python -m tools.NAME`, apart from training:
 
-    tiny.py     the offline tiny models and their cold-start SFT (python -m tools.tiny [--ship])
-    grade.py    offline difficulty grading of math and code problems, and the papers' filters (python -m tools.grade)
+    python -m tools.tiny [--ship]                   the offline tiny models and their cold-start SFT (tiny.py)
+    python -m tools.grade ...                       offline difficulty grading of math and code problems, and the
+                                                    papers' filters (grade.py)
+    python -m tools.check_install [--require-gpu]   what is installed, the GPUs seen, what train.py will use (check_install.py)
+    python -m tools.resolve_gpu                     the `gpu` extra resolves on Linux x86-64 (pip --dry-run, no GPU) (resolve_gpu.py)
 """

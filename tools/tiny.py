@@ -198,6 +198,12 @@ def shipped_dir(recipe: TinyRecipe) -> str:
     return SHIPPED_CODE_DIR if "code" in recipe.tasks else SHIPPED_DIR
 
 
+def builtin_paths() -> list[str]:
+    """Where `train.py --model ''` may resolve to (shipped or cached, math and math + code), without building."""
+    return [d for r in (TinyRecipe(), CODE_RECIPE)
+            for d in (shipped_dir(r), os.path.join(default_dir(), f"tiny-qwen2-{r.key()}"))]
+
+
 def shipped_key(path: str = SHIPPED_DIR) -> str | None:
     """Recipe key of the model shipped in the repository at `path` (None if there is none)."""
     try:

@@ -101,7 +101,8 @@ class Collector:
 
     def prompt(self, plan: StepPlan, question: str) -> str:
         """The prompt text of a training question: --template (and --system-prompt) for the task's kind."""
-        return data.build_prompt(self.run.tok, question, plan.task.kind, self.cfg.template, self.cfg.system_prompt)
+        return data.build_prompt(self.run.tok, question, plan.task.kind, self.cfg.template, self.cfg.system_prompt,
+                                 data.parse_template_kwargs(self.cfg.chat_template_kwargs))
 
     def shape(self, comps, rewards, sp):
         """DAPO Eq. 13: the soft overlong punishment is added to the correctness reward, before the group statistics."""

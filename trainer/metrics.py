@@ -26,8 +26,8 @@ class UpdateLog:
     def add(self, stats: list[dict], grad_norm: float, first_epoch: bool):
         T = sum(s["tokens"] for s in stats) or 1
         self.agg["loss"] += sum(s["loss"] for s in stats)
-        for key in ("clip_frac_low", "clip_frac_high", "kl"):
-            self.agg[key] += sum(s[key] * s["tokens"] for s in stats) / T
+        for key in ("clip_frac_low", "clip_frac_high", "kl") + (("clip_frac_dual",) if "clip_frac_dual" in stats[0] else ()):
+            self.agg[key] = self.agg.get(key, 0.0) + sum(s[key] * s["tokens"] for s in stats) / T
         self.agg["entropy"] += sum(s["entropy_sum"] for s in stats) / T
         self.agg["grad_norm"] += grad_norm
         self.updates += 1

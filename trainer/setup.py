@@ -99,25 +99,29 @@ def load_inputs(cfg: Config):
     return stages, sets, resume_from
 
 
-def make_reward(cfg: Config, reward: str):
+def make_reward(cfg: Config, reward: str, thought_open: bool = False):
     if reward.startswith("math"):
         from reward import MathReward
 
-        return MathReward(cfg.correct_reward, cfg.wrong_reward, cfg.reward_timeout, cfg.reward_workers, mode=reward)
+        return MathReward(cfg.correct_reward, cfg.wrong_reward, cfg.reward_timeout, cfg.reward_workers, mode=reward,
+                          thought_open=thought_open)
     from coding.code_reward import CodeReward
 
     return CodeReward({"code": "all_or_nothing", "code-strict": "strict", "code-soft": "soft"}[reward],
                       workers=max(1, cfg.reward_workers))
 
 
-def make_tasks(cfg: Config, stages: list, sets: list) -> list:
-    """One Task per distinct (data, reward) of the stages, each with its own prompt sampler and reward."""
+def make_tasks(cfg: Config, stages: list, sets: list, tok=None) -> list:
+    """One Task per distinct (data, reward) of the stages, each with its own prompt sampler and reward (told whether
+    the prompts leave a thought open: data.opens_thought)."""
     mine = [[st for st in stages if st.task == t] for t in range(len(sets))]
     names = ["code" if m[0].kind == "code" else "math" for m in mine]
     tasks = []
     for t, (train_set, eval_set) in enumerate(sets):
         name = names[t] + (str(t + 1) if names.count(names[t]) > 1 else "")
-        tasks.append(Task(name, train_set, eval_set, make_sampler(cfg, train_set), make_reward(cfg, mine[t][0].reward),
+        thought = tok is not None and data.opens_thought(tok, mine[t][0].kind, cfg.template, cfg.system_prompt,
+                                                         data.parse_template_kwargs(cfg.chat_template_kwargs))
+        tasks.append(Task(name, train_set, eval_set, make_sampler(cfg, train_set), make_reward(cfg, mine[t][0].reward, thought),
                           mine[t][0].kind, max(st.max_new_tokens for st in mine[t])))
     return tasks
 
@@ -144,6 +148,7 @@ def setup(cfg: Config) -> Run:
         raise SystemExit("error: FSDP cannot be combined with --dynamic-sampling / --seamless (see --fsdp)")
     if cfg.rollout_lag and accelerator.num_processes > 1:  # the producer thread would run collectives beside DDP's
         raise SystemExit(f"error: --rollout-lag: runs on one process, not {accelerator.num_processes} (async_rollout.py)")
+    runs.check_shared_run_dir(accelerator, cfg.output_dir, resume_from)  # several machines: one run directory
     if cfg.threads and not torch.cuda.is_available():
         torch.set_num_threads(cfg.threads)
     dtype = torch.bfloat16 if precision(cfg) == "bfloat16" else torch.float32  # bf16-mixed: fp32 weights, bf16 autocast
@@ -156,7 +161,7 @@ def setup(cfg: Config) -> Run:
     model, tok = (lora.load(cfg, model_path, dtype, resume_from) if cfg.lora_rank else  # base + adapter (resumed)
                   load_model(resume_from or model_path, dtype, flag="--resume" if resume_from else "--model"))
     for kind in {st.kind for st in stages}:
-        data.check_template(tok, cfg.template, kind)
+        data.check_template(tok, cfg.template, kind, template_kwargs=data.parse_template_kwargs(cfg.chat_template_kwargs))
     check_context(model, max(st.max_new_tokens for st in stages))
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -190,7 +195,7 @@ def setup(cfg: Config) -> Run:
                                  lora_rank=cfg.lora_rank if cfg.lora_vllm_sync == "adapter" else 0)
     ent_ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max, timing=cfg.entropy_timing,
                                        strict=cfg.entropy_timing == "code") if cfg.adaptive_entropy else None
-    run = Run(cfg, accelerator, model, tok, ref_model, optimizer, engine, ent_ctrl, make_tasks(cfg, stages, sets), stages)
+    run = Run(cfg, accelerator, model, tok, ref_model, optimizer, engine, ent_ctrl, make_tasks(cfg, stages, sets, tok), stages)
     run.producer = make_producer(run) if cfg.rollout_lag else None
     if resume_from:
         restore(run, resume_from, sharded)
