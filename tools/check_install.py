@@ -11,7 +11,7 @@ reports:
   * the GPUs seen (name, memory, compute capability, bf16) and CUDA_VISIBLE_DEVICES;
   * what train.py will use with its defaults: the device, the precision (`--dtype auto`: bf16-mixed on GPU, float32
     on CPU), the trainer's attention implementation (what transformers picks for the shipped tiny Qwen2: train.py
-    passes none, so a hub model gets the same), and the engine of `--rollout fast` (default) and `--rollout vllm`.
+    passes none, so a Qwen2-family hub model gets the same), and the engine of `--rollout fast` (default) and `--rollout vllm`.
 
 flash-attn is reported, not required: vLLM ships its own FlashAttention kernels (`vllm/vllm_flash_attn`), and the
 trainer runs transformers' default, torch's scaled_dot_product_attention ("sdpa").
