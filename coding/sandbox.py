@@ -4,7 +4,8 @@ Run untrusted Python programs (model completions) in a throwaway, resource-limit
 Used by code_reward.py for the test-case rewards of Skywork-OR1 (1 iff all
 tests pass), Ring-lite (same) and MiMo (§3.3.1, test-difficulty-driven reward). Stdlib only.
 This contains accidents and reward hacks of an RL policy; it is not a security boundary against
-a determined attacker (no VM, shared kernel; the seccomp filter covers only the key syscalls).
+a determined attacker (no VM, shared kernel; the seccomp filter covers only the key syscalls and
+user namespaces).
 
 The program sees a list of places, not the host minus a list: a fresh root that holds the
 interpreter and its stdlib (read-only), the shared libraries they load (read-only), a minimal
@@ -43,7 +44,8 @@ One run (`run_python`):
      No /etc (no passwd, no resolv.conf, no localtime: time is UTC), no /usr/bin, no /sys, no /run.
   4. It sets rlimits, raises its nice value, sets no_new_privs, drops to a per-slot uid/gid
      (61000 + n) with no supplementary groups, sets PR_SET_PDEATHSIG(SIGKILL), and installs a
-     seccomp filter that answers EPERM to add_key, request_key and keyctl (see below).
+     seccomp filter that answers EPERM to add_key, request_key and keyctl, to setns, and to unshare
+     and clone asking for a new user namespace, and ENOSYS to clone3 (see below).
   5. Only then is the program compiled and executed as `__main__` in the same interpreter. In
      function-call mode the bootstrap then calls the named function with the arguments and prints
      the JSON result after a marker on stdout.
@@ -64,10 +66,22 @@ it does not check. Other per-uid or per-host state, each with its own namespace 
 IPC and POSIX message queues (IPC namespace), abstract unix sockets (network namespace), files
 (nothing writable outlives the run's tmpfs), processes (PID namespace).
 
+User namespaces: unshare(CLONE_NEWUSER) needs no privilege, and inside the new namespace the program
+holds every capability, which opens kernel code (mounts of many filesystem types, netfilter, ...)
+that has been the way out of most container escapes of recent years. The filter refuses it: EPERM
+for unshare and clone when their flags (the first argument, which a filter can read) hold
+CLONE_NEWUSER, EPERM for setns, and ENOSYS for clone3, whose flags sit in a struct the filter cannot
+read; the C library then falls back to clone for threads, fork and posix_spawn (glibc 2.34+ tries
+clone3 first), as under Docker's and systemd's profiles. Cost (bench/sandbox_speed.py, its last
+table; two runs on the dev box under shared load): any filter adds 120-170 ns to each syscall, and
+the full filter (18 instructions) is within +-30 ns of the key-only one (10); a sandboxed stdin test
+makes fewer than 700 syscalls (strace -f), so the new tests cost well under 0.1 ms of a run that
+takes ~30 ms of CPU: per-run times before and after did not differ beyond the load's noise.
+
 Measured on the dev box (root, Linux 6.18, cgroup v1 writable, Python 3.11): RLIMIT_NPROC is
 IGNORED for root (a root process with NPROC=5 forked 20 children), hence the uid drop. The
 hostile corpus of tests/test_sandbox.py (resource exhaustion, escapes, persistence between runs,
-snooping: 57 completions, each with a probe of its side effect) is contained; against the
+snooping: 58 completions, each with a probe of its side effect) is contained; against the
 hide-list sandbox this replaced, 13 of them escaped (keyrings x5, the training data file, host
 unix sockets x2, other checkouts and /etc, and reads through /proc/*/root, user namespaces, chroot).
 
@@ -95,9 +109,9 @@ unix sockets x2, other checkouts and /etc, and reads through /proc/*/root, user 
 |                             | sockets are per network namespace                      | isolation, so none is pretended        |
 | kill / trace parent, others | other uid -> EPERM; PID namespace hides host pids;     | without root: the child CAN signal the |
 |                             | one uid per concurrent run                             | trainer (same uid)                     |
-| escape the root             | pivot_root + detach: the host tree is not in the mount | user namespaces may be created (kernel |
-|                             | namespace at all; no caps; unshare(CLONE_NEWUSER) then | attack surface), but show the same root|
-|                             | mount/chroot finds the same fresh root                 |                                        |
+| escape the root             | pivot_root + detach: the host tree is not in the mount | on an arch without a syscall table     |
+|                             | namespace at all; no caps; no user namespace (seccomp: | here (_ARCH): user namespaces (kernel  |
+|                             | unshare/clone with CLONE_NEWUSER, setns; clone3 ENOSYS)| attack surface), showing the same root |
 | huge output                 | stdout cap kills the run ("output_limit"); stderr      | none                                   |
 |                             | truncated                                              |                                        |
 | setuid binaries             | none in the fresh root; PR_SET_NO_NEW_PRIVS            | none known                             |
@@ -109,7 +123,7 @@ by `isolation()`: not root -> no uid drop, no namespaces, no cgroups, the host's
 unshare, a mount or pivot_root refused (e.g. Docker's default profile, or a root on initramfs
 where pivot_root fails) -> uid drop, rlimits, cgroups, seccomp, no fresh root; the root parent
 is then a child subreaper and sweeps the slot uid when the program exits, so leftovers still
-die and are reaped. Seccomp refused, or an arch missing from _ARCH -> no key filter.
+die and are reaped. Seccomp refused, or an arch missing from _ARCH -> no key or user-namespace filter.
 """
 
 from __future__ import annotations
@@ -145,8 +159,11 @@ MAX_SLOTS = 64  # at most this many concurrent runs per process; more wait for a
 USE_CGROUPS = os.environ.get("GRPO_SANDBOX_CGROUPS", "1") != "0"
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
 _KILL = shutil.which("kill") or "/bin/kill"
-# os.uname().machine -> (AUDIT_ARCH_* of the native syscall ABI, (add_key, request_key, keyctl), pivot_root)
-_ARCH = {"x86_64": (0xC000003E, (248, 249, 250), 155), "aarch64": (0xC00000B7, (217, 218, 219), 41)}
+# os.uname().machine -> (AUDIT_ARCH_* of the native syscall ABI, (add_key, request_key, keyctl), pivot_root,
+#                        (clone, clone3, unshare, setns))
+_ARCH = {"x86_64": (0xC000003E, (248, 249, 250), 155, (56, 435, 272, 308)),
+         "aarch64": (0xC00000B7, (217, 218, 219), 41, (220, 435, 97, 268))}
+CLONE_NEWUSER = 0x10000000
 _RESERVED = ("/dev", "/proc", "/tmp")  # made fresh in the new root; nothing of the host's may sit there
 
 
@@ -359,7 +376,8 @@ def _probe() -> dict:
         err = _trial(plan, sec, uid)
         if err and plan and sec and not _trial(plan, False, uid):
             sec = False
-            notes.append(f"seccomp filter refused ({err}): kernel keyrings are shared between runs.")
+            notes.append(f"seccomp filter refused ({err}): kernel keyrings are shared between runs, and user "
+                         "namespaces can be created.")
         elif err and plan:
             plan = None
             notes.append(f"fresh root in new namespaces failed ({err}): the child has the network and sees every "
@@ -367,7 +385,8 @@ def _probe() -> dict:
             err = sec and _trial(None, sec, uid)
         if err and sec:
             sec = False
-            notes.append(f"seccomp filter refused ({err}): kernel keyrings are shared between runs.")
+            notes.append(f"seccomp filter refused ({err}): kernel keyrings are shared between runs, and user "
+                         "namespaces can be created.")
     finally:
         _slots.release(uid)
     cg = _cgroup_roots() if USE_CGROUPS and root else None
@@ -468,26 +487,47 @@ def _elf_interp(path: str) -> str | None:
     return None
 
 
-def _seccomp_filter() -> list[tuple[int, int, int, int]] | None:
-    """Classic BPF (struct sock_filter: code, jt, jf, k): EPERM for add_key, request_key and keyctl.
+def _seccomp_filter(user_namespaces: bool = True) -> list[tuple[int, int, int, int]] | None:
+    """Classic BPF (struct sock_filter: code, jt, jf, k): EPERM for the kernel keyring calls (add_key, request_key,
+    keyctl), for setns, and for unshare / clone with CLONE_NEWUSER in their flags; ENOSYS for clone3.
 
-    EPERM, as Docker's default profile answers for the same three calls. Syscalls of another ABI
-    (i386's int 0x80 on x86-64, which numbers them differently) and x32 numbers (>= 0x40000000)
-    get EPERM too, so the filter cannot be sidestepped through another syscall table.
+    EPERM, as Docker's default profile answers for the key calls. User namespaces: a new one gives the program every
+    capability inside it, and with them the kernel code behind most container escapes of recent years (mount
+    types, netfilter, io paths reachable only with CAP_SYS_ADMIN / CAP_NET_ADMIN), so creating one is refused:
+    unshare(2) and clone(2) have their flags in the first argument, which the filter reads (the low 32 bits, where
+    CLONE_NEWUSER is). clone3(2) passes its flags in a struct in memory, which seccomp cannot read: it gets ENOSYS,
+    as in Docker's and systemd's profiles, and the C library then falls back to clone(2) for threads and fork
+    (glibc 2.34+ tries clone3 first). setns(2) is refused outright (joining a namespace; nothing here needs it).
+    Syscalls of another ABI (i386's int 0x80 on x86-64, which numbers them differently) and x32 numbers
+    (>= 0x40000000) get EPERM too, so the filter cannot be sidestepped through another syscall table.
+    user_namespaces=False: the key calls only (the filter before user namespaces were refused; for
+    bench/sandbox_speed.py, which times both).
     """
     arch = _ARCH.get(os.uname().machine)
     if arch is None:
         return None
-    audit_arch, key_calls, _ = arch
-    LD_ABS, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, ...|BPF_JGE, BPF_RET|BPF_K
-    ALLOW, EPERM = 0x7FFF0000, 0x00050001  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    audit_arch, key_calls, _, (clone, clone3, unshare, setns) = arch
+    LD_ABS, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_{JEQ,JGE,JSET}|BPF_K, BPF_RET
+    ALLOW, EPERM, ENOSYS = 0x7FFF0000, 0x00050001, 0x00050026  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | errno
+    # Written with labels, resolved to the forward offsets BPF jumps take (jt / jf: instructions skipped).
     prog = [(LD_ABS, 0, 0, 4),  # A = seccomp_data.arch
             (JEQ, 1, 0, audit_arch),
             (RET, 0, 0, EPERM),
             (LD_ABS, 0, 0, 0)]  # A = seccomp_data.nr
-    tests = [(JGE, 0x40000000)] + [(JEQ, nr) for nr in key_calls]
-    prog += [(op, len(tests) - i, 0, k) for i, (op, k) in enumerate(tests)]  # match -> the last instruction
-    return prog + [(RET, 0, 0, ALLOW), (RET, 0, 0, EPERM)]
+    prog += [(JGE, "eperm", 0, 0x40000000)] + [(JEQ, "eperm", 0, nr) for nr in key_calls]
+    if user_namespaces:
+        prog += [(JEQ, "eperm", 0, setns), (JEQ, "enosys", 0, clone3), (JEQ, "flags", 0, unshare),
+                 (JEQ, "flags", 0, clone), (RET, 0, 0, ALLOW)]
+        labels = {"flags": len(prog), "enosys": len(prog) + 3, "eperm": len(prog) + 4}
+        prog += [(LD_ABS, 0, 0, 16),  # flags: A = the low 32 bits of seccomp_data.args[0] (unshare's and clone's flags)
+                 (JSET, "eperm", 0, CLONE_NEWUSER),
+                 (RET, 0, 0, ALLOW),
+                 (RET, 0, 0, ENOSYS)]  # enosys
+    else:
+        prog += [(RET, 0, 0, ALLOW)]
+        labels = {"eperm": len(prog)}
+    prog += [(RET, 0, 0, EPERM)]  # eperm
+    return [(op, labels[jt] - i - 1 if isinstance(jt, str) else jt, jf, k) for i, (op, jt, jf, k) in enumerate(prog)]
 
 
 def _cgroup_roots() -> dict | None:

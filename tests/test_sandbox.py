@@ -19,6 +19,7 @@ import re
 import shutil
 import socket
 import string
+import struct
 import subprocess
 import sys
 import tempfile
@@ -186,12 +187,12 @@ def test_probe_falls_back_and_says_why(monkeypatch):
     pivot_root) drops the fresh root and namespaces but keeps the key filter; a filter the kernel applies
     wrongly (simulated: another ABI, so every syscall is refused) is dropped on its own."""
     machine = os.uname().machine
-    audit, keys, pivot = sandbox._ARCH[machine]
-    monkeypatch.setitem(sandbox._ARCH, machine, (audit, keys, 39))  # getpid: nonzero, so "pivot_root failed"
+    audit, keys, pivot, ns_calls = sandbox._ARCH[machine]
+    monkeypatch.setitem(sandbox._ARCH, machine, (audit, keys, 39, ns_calls))  # getpid: nonzero, so "pivot_root failed"
     iso = sandbox._probe()
     assert (iso["namespaces"], iso["seccomp"], iso["drop_uid"]) == (False, True, True)
     assert any("fresh root" in n for n in iso["notes"])
-    monkeypatch.setitem(sandbox._ARCH, machine, (audit ^ 1, keys, pivot))
+    monkeypatch.setitem(sandbox._ARCH, machine, (audit ^ 1, keys, pivot, ns_calls))
     iso = sandbox._probe()
     assert (iso["namespaces"], iso["seccomp"]) == (True, False)
     assert any("seccomp" in n for n in iso["notes"])
@@ -208,18 +209,40 @@ def test_key_filter_holds_without_uid_drop_or_namespaces(monkeypatch):
     assert run_python(code).stdout == "-1 1 1\n"  # keyctl(KEYCTL_GET_KEYRING_ID, @u): EPERM, filter mode 2
 
 
+def _bpf(prog, arch: int, nr: int, arg0: int = 0) -> int:
+    """A classic-BPF interpreter for the instructions the filter uses, over seccomp_data (nr, arch, ip, args)."""
+    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    a, pc = 0, 0
+    while True:
+        op, jt, jf, k = prog[pc]
+        if op == 0x20:  # LD W ABS
+            a = struct.unpack_from("<I", data, k)[0]
+        elif op == 0x06:  # RET K
+            return k
+        else:
+            hit = {0x15: a == k, 0x35: a >= k, 0x45: bool(a & k)}[op]
+            pc += jt if hit else jf
+        pc += 1
+
+
 def test_seccomp_filter_program():
-    """The BPF program, read instruction by instruction: native ABI checked first, then x32, then the
-    three key calls, all jumping to the final EPERM."""
+    """The BPF program, run by an interpreter on each kind of call: the key calls, setns and a new user namespace
+    (unshare / clone with CLONE_NEWUSER) are EPERM, clone3 is ENOSYS, everything else (fork's and threads' clone,
+    unshare of other namespaces) is allowed; another ABI and x32 numbers are EPERM."""
     if ARCH is None:
         pytest.skip("no syscall table for this machine")
     prog = sandbox._seccomp_filter()
-    deny = len(prog) - 1
-    assert prog[-1] == (0x06, 0, 0, 0x00050001) and prog[-2] == (0x06, 0, 0, 0x7FFF0000)
-    assert prog[1] == (0x15, 1, 0, ARCH[0]) and prog[2] == (0x06, 0, 0, 0x00050001)
-    tests = prog[4:-2]
-    assert [k for _, _, _, k in tests] == [0x40000000, *ARCH[1]]
-    assert all(i + 4 + 1 + jt == deny and jf == 0 for i, (_, jt, jf, _) in enumerate(tests))
+    audit, keys, _, (clone, clone3, unshare, setns) = ARCH
+    ALLOW, EPERM, ENOSYS = 0x7FFF0000, 0x00050001, 0x00050026
+    NEWUSER, THREAD_FLAGS = 0x10000000, 0x3D0F00  # CLONE_VM|FS|FILES|SIGHAND|THREAD|SYSVSEM|SETTLS|PARENT_SETTID|...
+    cases = [(audit, nr, 0, EPERM) for nr in keys] + [
+        (audit, setns, 0, EPERM), (audit, clone3, 0, ENOSYS),
+        (audit, unshare, NEWUSER, EPERM), (audit, unshare, NEWUSER | 0x20000, EPERM), (audit, unshare, 0x20000, ALLOW),
+        (audit, clone, NEWUSER | 17, EPERM), (audit, clone, 17, ALLOW), (audit, clone, THREAD_FLAGS, ALLOW),
+        (audit, 0, 0, ALLOW), (audit, 0x40000000 + 1, 0, EPERM), (0x40000003, 1, 0, EPERM)]  # read; x32; i386
+    for arch, nr, arg0, want in cases:
+        assert _bpf(prog, arch, nr, arg0) == want, (hex(arch), nr, hex(arg0))
+    assert _bpf(prog, audit, unshare, NEWUSER | (1 << 40)) == EPERM  # the flags live in the low 32 bits
 
 
 # ----------------------------------------------------------------------------------------------
@@ -536,6 +559,19 @@ print(libc.unshare(0x10000000 | 0x00020000), ctypes.get_errno())   # CLONE_NEWUS
 print(sorted(os.listdir('/')))
 print(libc.mount(b'none', b'/tmp', b'tmpfs', 0, None))
 """ + read("$dir/train.jsonl"))
+case("user-namespace-create", "escape", LIBC + """
+import os, threading
+print(libc.unshare(0x10000000), ctypes.get_errno())   # unshare(CLONE_NEWUSER): EPERM
+print(libc.syscall($clone, 0x10000000 | 17, 0, 0, 0, 0), ctypes.get_errno())   # clone(CLONE_NEWUSER | SIGCHLD): EPERM
+print(libc.syscall($clone3, 0, 0), ctypes.get_errno())   # clone3: ENOSYS, its flags are out of the filter's sight
+print(libc.syscall($setns, 0, 0), ctypes.get_errno())   # setns: EPERM
+t = threading.Thread(target=print, args=('thread',)); t.start(); t.join()   # threads and fork: clone without NEWUSER
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+print('fork', os.waitpid(pid, 0)[1] >> 8)
+""", probe_that(lambda c, r, f: r.stdout == "-1 1\n-1 1\n-1 38\n-1 1\nthread\nfork 7\n", "a user namespace, or no threads"),
+     needs=("seccomp",))
 case("chroot-escape", "escape", LIBC + """
 libc.unshare(0x10000000 | 0x00020000)   # CAP_SYS_CHROOT in a new user namespace
 os.mkdir('x')
@@ -687,7 +723,8 @@ def test_hostile(bait, monkeypatch, klass, code, probe, needs, limits, fetch):
         pytest.skip(f"needs {', '.join(missing)}")
     monkeypatch.setenv("GRPO_BAIT_ENV", SECRET)  # in our environment, never in the child's
     ctx = dict(bait, SECRET=SECRET, secret_len=len(SECRET), tcp_port=bait["tcp"].address[1],
-               sleeper_pid=bait["sleeper"].pid, key_calls=repr(ARCH[1] if ARCH else (0, 0, 0)))
+               sleeper_pid=bait["sleeper"].pid, key_calls=repr(ARCH[1] if ARCH else (0, 0, 0)),
+               **dict(zip(("clone", "clone3", "unshare", "setns"), ARCH[3] if ARCH else (0, 0, 0, 0))))
     program = string.Template(code).substitute(ctx)
     bait["keys_before"] = key_counts()
     g = grade(f"```python\n{program}\n```", PROBLEM, limits=limits or Limits(timeout=1.0))
