@@ -543,14 +543,19 @@ class _Worker:
         self.conn, child = ctx.Pipe()
         # spawn, not fork: the trainer has torch threads (and maybe CUDA) that must not be forked
         self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True)
-        # SIGINT blocked while the child is created, so that it starts (and stays) with SIGINT blocked: a Ctrl-C to
-        # the process group during its start-up (spawn: a new interpreter) would otherwise traceback in it. The
-        # trainer gets a Ctrl-C that came meanwhile as soon as start() returns.
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        # Created with SIGINT ignored (a disposition the new interpreter keeps; a signal mask is not kept): a Ctrl-C
+        # to the process group while it starts up (spawn: a fresh interpreter importing the trainer's modules, ~1 s)
+        # would otherwise end in a KeyboardInterrupt traceback there, or in an EOFError one when the trainer stops
+        # half-way through handing it its start-up data. The trainer ignores SIGINT only for start() itself (a few
+        # milliseconds); Python sets handlers in the main thread only, elsewhere the worker ignores it from its
+        # first line (_worker_main).
+        main = threading.current_thread() is threading.main_thread()
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
         try:
             self.proc.start()
         finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            if main:
+                signal.signal(signal.SIGINT, old)
         child.close()
         self.ready, self.job, self.t0 = False, None, 0.0
 

@@ -123,7 +123,13 @@ def finish(tokenizer, ids: list[int], stops, stop: tuple[str, ...] = (), logprob
 
 
 class Engine:
-    """Interface. `generate` returns, for each prompt, a list of `n` Completions."""
+    """Interface. `generate` returns, for each prompt, a list of `n` Completions.
+
+    `progress`: None, or a function the hf and fast engines call while they generate with the rows just finished,
+    [(row, token_ids)] (row = the index in the prompt-major flat list of len(prompts) * n): evaluate.py's progress
+    bar. Display only: what `generate` returns and samples is the same with or without it."""
+
+    progress = None
 
     def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
         raise NotImplementedError
@@ -161,6 +167,8 @@ class HFEngine(Engine):
             )
             resp = gen[:, enc["input_ids"].shape[1] :].tolist()  # (b, <= max_new_tokens)
             out += [finish(tok, ids, self.stops, params.stop) for ids in resp]
+            if self.progress is not None:
+                self.progress([(s + i, ids) for i, ids in enumerate(resp)])
         if was_training:
             self.model.train()
         return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
@@ -245,6 +253,9 @@ class FastEngine(HFEngine):
                     tails = resp[rows, max(0, t + 1 - window) : t + 1].tolist()
                     done = [any(s in tok.decode(tail, skip_special_tokens=False) for s in params.stop) for tail in tails]
                     going &= ~torch.tensor(done, device=device)
+                if self.progress is not None and not bool(going.all()):
+                    ended = rows[~going].tolist()
+                    self.progress([(s + r, resp[r, : t + 1].tolist()) for r in ended])
                 if not bool(going.all()):  # drop finished rows (and their KV cache)
                     keep = going.nonzero().squeeze(1)
                     if keep.numel() == 0:
@@ -254,6 +265,9 @@ class FastEngine(HFEngine):
                 x = nxt[:, None]
                 attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=-1)
                 pos = pos[:, -1:] + 1
+            else:  # the rows that ran out of tokens (truncated)
+                if self.progress is not None:
+                    self.progress([(s + r, resp[r].tolist()) for r in rows.tolist()])
             out += [finish(tok, ids, self.stops, params.stop, lps) for ids, lps in zip(resp.tolist(), resp_lp.tolist())]
         if was_training:
             model.train()

@@ -137,19 +137,33 @@ def test_greedy_only():
     assert not any(k.startswith(("avg@", "pass@")) for k in res)
 
 
-def test_defaults_reproduce_the_runs_final_evaluation(tiny_model_path, tmp_path, capsys):
-    """evaluate.py with its defaults on a run's final checkpoint prints the numbers the run printed: the same 400
-    problems, greedy accuracy and the sampled avg@4 / pass@4 (train.py's evaluation seed), the fast engine."""
+@pytest.mark.parametrize("recipe", ["grpo", "dapo", "mimo"])
+def test_a_checkpoint_is_evaluated_with_its_runs_settings(recipe, trained_model_path, tmp_path, capsys):
+    """evaluate.py with no flag but --model on a run's final checkpoint prints the numbers the run printed: the
+    checkpoint carries its run's evaluation (problems, seed, T / top-p of the recipe, k, reward, template, length),
+    and says so. The run directory means its newest checkpoint; a flag given wins (and is named)."""
     import train
 
-    out = tmp_path / "run"
-    train.main(["--model", tiny_model_path, "--output-dir", str(out), "--max-steps", "2", "--batch-size", "32",
-                "--group-size", "4", "--mini-batch-size", "32", "--micro-batch-size", "8", "--reward-workers", "0",
-                "--eval-every", "0"])
+    out = tmp_path / recipe
+    train.main(["--model", trained_model_path, "--output-dir", str(out), "--recipe", recipe, "--max-steps", "1",
+                "--batch-size", "32", "--group-size", "4", "--mini-batch-size", "32", "--reward-workers", "0",
+                "--eval-every", "0", "--eval-problems", "40", "--eval-samples", "3", "--max-gen-rounds", "20",
+                "--seed", "3"])
     summary = json.load(open(out / "summary.json"))
     capsys.readouterr()
-    evaluate.main(["--model", str(out / "checkpoint-2")])
-    got = json.loads(capsys.readouterr().out)
-    assert got["problems"] == summary["eval_problems"] == 400 and got["rollout"] == "fast"
+    evaluate.main(["--model", str(out / "checkpoint-1")])
+    cap = capsys.readouterr()
+    got = json.loads(cap.out)
+    cfg = json.load(open(out / "config.json"))
+    assert f"with the run's settings ({out}/checkpoint-1/run_config.json)" in cap.err
+    assert f"top-p {cfg['eval_top_p']!r}" in cap.err and "given:" not in cap.err
+    assert (got["problems"], got["samples"], got["seed"], got["temperature"], got["top_p"]) == (
+        40, 3, 3, cfg["eval_temperature"], cfg["eval_top_p"])
     assert got["accuracy"] == summary["accuracy_after"]
-    assert got["avg@4"] == summary["avg@4_after"] and got["pass@4"] == summary["pass@4_after"]
+    assert got["avg@3"] == summary["avg@3_after"] and got["pass@3"] == summary["pass@3_after"]
+    if recipe == "dapo":  # the run directory: its newest checkpoint; a flag given wins and is named
+        evaluate.main(["--model", str(out), "--samples", "0"])
+        cap = capsys.readouterr()
+        got = json.loads(cap.out)
+        assert got["model"] == str(out / "checkpoint-1") and "avg@3" not in got and "given: --samples" in cap.err
+        assert got["accuracy"] == summary["accuracy_after"]

@@ -97,7 +97,7 @@ def test_example_rehearsal(script, standin, tmp_path):
 
     # the checkpoint loads back: evaluate.py (the run's final greedy accuracy, same problems and template) and vLLM
     summary = json.load(open(out / "summary.json"))
-    common = [sys.executable, "evaluate.py", "--model", str(ckpt), "--data", env["EVAL_DATA"], "--n-problems", "4",
+    common = [sys.executable, "evaluate.py", "--model", str(ckpt), "--data", env["EVAL_DATA"], "--eval-problems", "4",
               "--samples", "0", "--template", want["template"], "--reward", want["reward"], "--max-new-tokens", "24"]
     r = run(common + ["--out", str(tmp_path / "eval.json")])
     assert json.load(open(tmp_path / "eval.json"))["accuracy"] == summary["accuracy_after"]

@@ -151,7 +151,7 @@ def test_evaluate_loads_an_adapter_checkpoint(tiny_model_path, tmp_path, capsys)
     capsys.readouterr()
     accs = []
     for path in (ck, str(tmp_path / "m")):
-        evaluate.main(["--model", path, "--n-problems", "30"])
+        evaluate.main(["--model", path, "--eval-problems", "30"])
         accs.append(json.loads(capsys.readouterr().out)["accuracy"])
     summary = json.load(open(tmp_path / "r" / "summary.json"))
     assert accs[0] == accs[1] == summary["accuracy_after"]
