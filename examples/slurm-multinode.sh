@@ -3,7 +3,9 @@
 # N nodes x 8 GPUs through Accelerate: one `srun` task per node, each running `accelerate launch` with the node's rank
 # and the first node's address; Accelerate (torchrun) starts the 8 processes of its node.
 #
-#   sbatch examples/slurm-multinode.sh                       # 2 nodes x 8 GPUs (the #SBATCH lines below)
+#   source .venv/bin/activate                                # srun passes the environment on to every node
+#   sbatch examples/slurm-multinode.sh                       # 2 nodes x 8 GPUs (the #SBATCH lines below), from the
+#                                                            # repository root (SLURM runs a copy of the script)
 #   sbatch --nodes 4 examples/slurm-multinode.sh --max-steps 100   # any train.py flag appended wins
 #
 # What every node needs (docs/multi_gpu.md, "Several machines"):

@@ -108,7 +108,7 @@ def lines(r: dict) -> list[str]:
 
     out = [f"python        {r['python']} ({sys.executable})"]
     if "torch_cuda" not in r:
-        return out + [f"torch         NOT INSTALLED"]
+        return out + ["torch         NOT INSTALLED"]
     cuda = f"CUDA {r['torch_cuda']} build, cuDNN {r['cudnn']}" if r["torch_cuda"] else "CPU build"
     out.append(f"torch         {v('torch')} ({cuda}; CUDA available: {'yes' if r['cuda_available'] else 'no'}"
                f"{'; NCCL ' + r['nccl'] if r['nccl'] else ''}; gloo: {'yes' if r['gloo'] else 'no'})")
