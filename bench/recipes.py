@@ -46,7 +46,8 @@ def commit() -> str:
     return git("rev-parse", "--short=10", "HEAD") + ("+changes" if dirty else "")
 
 
-def measure(recipe: str, out: str, rest: list[str]) -> dict:
+def measure(recipe: str, out: str, rest: list[str], at: str) -> dict:
+    """Train `recipe` and collect its row; `at`: the commit whose code this process imported (read at its start)."""
     import train
 
     load0, t0 = os.getloadavg()[0], time.time()
@@ -70,7 +71,7 @@ def measure(recipe: str, out: str, rest: list[str]) -> dict:
             "accuracy": [[e["step"], e[key]] for e in evals if key in e],  # every evaluation: (step, greedy accuracy)
             "avg_before": s.get(f"{name}avg@{k}_before"), "avg_after": s.get(f"{name}avg@{k}_after"),
             "pass_before": s.get(f"{name}pass@{k}_before"), "pass_after": s.get(f"{name}pass@{k}_after")}
-    return {"recipe": recipe, "commit": commit(), "date": datetime.date.today().isoformat(),
+    return {"recipe": recipe, "commit": at, "date": datetime.date.today().isoformat(),
             "command": " ".join(["python train.py --recipe", recipe, *rest]), "steps": cfg["max_steps"],
             "mu": cfg["epochs"] * cfg["batch_size"] // cfg["mini_batch_size"], "k": k,
             "eval_temperature": cfg["eval_temperature"], "eval_top_p": cfg["eval_top_p"],
@@ -161,8 +162,9 @@ def main():
             update_readme()
         print(table(json.load(open(a.results))))
         return
+    at = commit()  # before train.py is imported: the code measured
     for r in a.recipes.split(","):
-        row = measure(r, os.path.join(a.out, r), a.rest)
+        row = measure(r, os.path.join(a.out, r), a.rest, at)
         save(row, a.results)
         print(f"{r}: written to {a.results}", flush=True)
     print(table(json.load(open(a.results))))
