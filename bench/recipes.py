@@ -104,6 +104,9 @@ def table(results: dict) -> str:
     lines = ["| recipe | μ | greedy accuracy before → after | avg@k before → after (T, top-p) | pass@k before → after "
              "| wall (s) | technique metrics (mean over steps) |", "|---|---|---|---|---|---|---|"]
     for r in rows:
+        if r.get("cells"):  # a row kept from an earlier measurement, as it was shown then (marked with its commit)
+            lines.append(f"| {r['recipe']} † | " + " | ".join(r["cells"]) + " |")
+            continue
         multi = len(r["tasks"]) > 1
         greedy, avg, pas = [], [], []
         for t, v in r["tasks"].items():
@@ -125,16 +128,23 @@ def table(results: dict) -> str:
         settings = f" (avg@{r['k']}, pass@{r['k']}; T {r['eval_temperature']}, top-p {r['eval_top_p']})" if avg else ""
         lines.append(f"| {r['recipe']} | {r['mu']} | {'; '.join(greedy)} | {', '.join(avg) or '–'}{settings} | "
                      f"{', '.join(pas) or '–'} | {r['wall_time_s']:.0f} | {', '.join(tech) or '–'} |")
-    commits = sorted({r["commit"] for r in rows})
-    dates = sorted({r["date"] for r in rows})
-    loads = [v for r in rows for v in (r["machine"]["load_start"], r["machine"]["load_end"])]
-    cmds = sorted({r["command"].split(" ", 4)[-1] if len(r["command"].split()) > 4 else "" for r in rows} - {""})
+    old, rows = [r for r in rows if r.get("cells")], [r for r in rows if not r.get("cells")]
     lines.append("")
-    lines.append(f"Measured with `python bench/recipes.py` ({rows[0]['steps']} steps each, {rows[0]['eval_problems']} held-out "
-                 f"problems{'' if not cmds else ', extra flags ' + '; '.join(f'`{c}`' for c in cmds)}; CPU, "
-                 f"{rows[0]['machine']['cores']} cores shared with other jobs, load {min(loads):.0f}–{max(loads):.0f}, so "
-                 f"the wall times are inflated) at commit {', '.join(commits)} on {', '.join(dates)}; "
-                 "`bench/results/recipes.json` holds every figure.")
+    if rows:
+        commits = sorted({r["commit"] for r in rows})
+        dates = sorted({r["date"] for r in rows})
+        loads = [v for r in rows for v in (r["machine"]["load_start"], r["machine"]["load_end"])]
+        cmds = sorted({" ".join(r["command"].split()[4:]) for r in rows} - {""})
+        lines.append(f"Measured with `python bench/recipes.py` ({rows[0]['steps']} steps each, {rows[0]['eval_problems']} "
+                     f"held-out problems{'' if not cmds else ', extra flags ' + '; '.join(f'`{c}`' for c in cmds)}; CPU, "
+                     f"one seed, {rows[0]['machine']['cores']} cores shared with other jobs, load {min(loads):.0f}–"
+                     f"{max(loads):.0f}, so the wall times are inflated) at commit {', '.join(commits)} on "
+                     f"{', '.join(dates)}; `bench/results/recipes.json` holds every figure.")
+    if old:
+        lines.append(f"† {', '.join(r['recipe'] for r in old)}: measured at commit "
+                     f"{', '.join(sorted({r['commit'] for r in old}))} ({', '.join(sorted({r['date'] for r in old}))}; "
+                     f"{old[0].get('note', '')}), not measured again since; `python bench/recipes.py --recipes "
+                     f"{','.join(r['recipe'] for r in old)}` measures them on the current code.")
     return "\n".join(lines)
 
 
