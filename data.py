@@ -428,6 +428,11 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+OFFLINE_HINT = ("where there is network, `pip install datasets` and run `python examples/prepare_data.py SET`, then "
+                "pass the .jsonl file it writes; or download the data elsewhere and convert the file here with "
+                "`python examples/prepare_data.py SET --source NAME=FILE`")
+
+
 def load_hub(name: str, split: str, schema: str | None = None) -> list[Example]:
     online = hub_reachable()
     if not online:  # the datasets cache only; the offline switch is read when datasets is imported
@@ -437,8 +442,7 @@ def load_hub(name: str, split: str, schema: str | None = None) -> list[Example]:
     except ImportError:
         if not online:
             raise DataError(f"{name}: not a local file, and the hub cannot be reached from this machine (no network; "
-                            "nor is the `datasets` package installed): prepare the data where there is network "
-                            "(examples/prepare_data.py) and pass the .jsonl file") from None
+                            f"nor is the `datasets` package installed): {OFFLINE_HINT}") from None
         raise DataError(f"{name}: not a local file, and the `datasets` package is not installed to fetch it from the hub") from None
     cfg = None
     if ":" in name:  # "openai/gsm8k:main"
@@ -448,8 +452,7 @@ def load_hub(name: str, split: str, schema: str | None = None) -> list[Example]:
     except Exception as e:  # datasets raises many types (ConnectionError, DatasetNotFoundError, ValueError, ...)
         if not online:
             raise DataError(f"{name}: not a local file, not in the datasets cache, and the hub cannot be reached from "
-                            "this machine (no network): prepare the data where there is network "
-                            "(examples/prepare_data.py) and pass the .jsonl file") from None
+                            f"this machine (no network): {OFFLINE_HINT}") from None
         raise DataError(f"{name}[{split}]: cannot load it as a hub dataset: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     out = []
     for i, row in enumerate(ds, 1):

@@ -206,8 +206,18 @@ def check_output_dir(output_dir: str, resume_from: str | None, overwrite: bool) 
 
 
 def clear_run(output_dir: str) -> None:
-    """--overwrite: remove the previous run's files (nothing else in the directory)."""
-    for f in run_files(output_dir):
+    """--overwrite: remove the previous run's files (nothing else in the directory), and say what they were."""
+    found = run_files(output_dir)
+    if found:
+        try:
+            with open(os.path.join(output_dir, "config.json")) as f:
+                was = json.load(f)
+            what = f"its run (--recipe {was.get('recipe', '?')}, --max-steps {was.get('max_steps', '?')})"
+        except (OSError, ValueError):
+            what = "its run"
+        cks = [f for f in found if f.startswith("checkpoint-")]
+        say(f"--overwrite: {output_dir}: replacing {what}: {len(found) - len(cks)} files and {len(cks)} checkpoints removed")
+    for f in found:
         p = os.path.join(output_dir, f)
         shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
 

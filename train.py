@@ -4,9 +4,9 @@
     bash examples/qwen2.5-0.5b-instruct-gsm8k.sh      # a real model on one GPU (examples/: the runs and their settings)
     accelerate launch --num_processes 8 train.py ...  # the same file on N processes (DDP), unchanged
     python train.py --output-dir runs/default --resume auto   # continue a run (its settings come from its checkpoint)
-    python train.py --recipe dapo                     # a paper's recipe (grpo dapo c3po skywork mimo compass)
-    python train.py --reward code-soft --train-data builtin-code   # code RL on the built-in code task
-    python train.py --recipe c3po                     # Ring-lite: math, then code, in one run (--stages)
+    python train.py --recipe dapo --output-dir runs/dapo   # a paper's recipe (grpo dapo c3po skywork mimo compass)
+    python train.py --reward code-soft --train-data builtin-code --output-dir runs/code   # code RL, built-in code task
+    python train.py --recipe c3po --output-dir runs/c3po   # Ring-lite: math, then code, in one run (--stages)
     python train.py --help                            # every option, with its meaning
 
 The loop (DeepSeekMath Alg. 1, as the seed papers run it), one iteration per `step`; `train()` below is the loop and

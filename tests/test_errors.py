@@ -88,8 +88,8 @@ def test_train_resume_paths(tiny_model_path, tmp_path, capsys):
     out = tmp_path / "run"
     code, err = run_cli(train.main, ["--model", tiny_model_path, "--output-dir", str(out),
                                      "--resume", str(tmp_path / "nope")], capsys)
-    assert_one_error_line(code, err, "--resume", "does not exist")
-    (tmp_path / "empty").mkdir()  # a directory, but no checkpoint
+    assert_one_error_line(code, err, "--resume", "nope", "does not exist")
+    (tmp_path / "empty").mkdir()
     code, err = run_cli(train.main, ["--model", tiny_model_path, "--output-dir", str(out),
                                      "--resume", str(tmp_path / "empty")], capsys)
     assert_one_error_line(code, err, "--resume", "not a checkpoint directory")

@@ -131,9 +131,15 @@ def wrap(model, cfg, resume_from: str | None = None, model_path: str = ""):
         lc = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                         target_modules=targets(cfg.lora_targets), task_type="CAUSAL_LM")
         try:
-            return get_peft_model(model, lc)
+            peft_model = get_peft_model(model, lc)
         except ValueError as e:  # e.g. a --lora-targets name that matches no module
             raise SystemExit(f"error: --lora-targets {cfg.lora_targets!r}: {str(e).splitlines()[0]}")
+        trainable, total = peft_model.get_nb_trainable_parameters()
+        if os.environ.get("RANK", "0") == "0":  # the run says it is a LoRA run (main process)
+            print(f"LoRA: rank {cfg.lora_rank}, alpha {cfg.lora_alpha}, on {cfg.lora_targets or 'every linear layer'}: "
+                  f"{trainable:,} trainable parameters of {total:,} (adapters included: {100 * trainable / total:.1f}%); the base is frozen",
+                  flush=True)
+        return peft_model
 
 
 class Reference(torch.nn.Module):
