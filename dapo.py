@@ -99,6 +99,19 @@ def clipped_surrogate(logp, old_logp, advantages, clip_low: float = 0.2, clip_hi
     return loss, clipped_low, clipped_high
 
 
+def dual_clip(loss_tok: torch.Tensor, advantages: torch.Tensor, c: float):
+    """Dual-clip PPO (Ye et al. 2020, arXiv 1912.09729) on a per-token clipped loss (N, T): for A < 0 the loss is
+    at most c * |A|, so a ratio far above 1 + eps on a negative advantage cannot push the loss up without bound.
+    verl's compute_policy_loss_vanilla (clip_ratio_c, 3.0 by default, always on) and AReaL's ppo_actor_loss_fn
+    (c_clip, off by default). Returns the loss and where the bound is active, (N, T) bool."""
+    if not c > 1:
+        raise ValueError(f"the dual-clip constant must be > 1, got {c}")
+    adv = advantages.unsqueeze(-1).to(loss_tok.dtype).expand_as(loss_tok)  # (N, T)
+    bound = -adv * c  # c * |A| where A < 0
+    active = (adv < 0) & (loss_tok > bound)
+    return torch.where(adv < 0, torch.minimum(loss_tok, bound), loss_tok), active
+
+
 def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: float | None = None, num_tokens: float | None = None):
     """Reduce a per-token loss (N, T) to a scalar.
 
@@ -128,16 +141,21 @@ def policy_loss(
     clip_low=0.2, clip_high=0.28, kl_coef=0.0,
     # DAPO change 2 (Sec. 3.3, Eq. 12): token-level loss; num_tokens = the mini-batch's response tokens, which the
     # trainer counts over all micro-batches and processes (see the module docstring)
-    loss_agg="token-mean", num_seqs=None, num_tokens=None, token_weights=None,
+    loss_agg="token-mean", num_seqs=None, num_tokens=None, token_weights=None, dual_clip_c=0.0,
 ):
     """The loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
 
     Shapes: logp, old_logp, ref_logp, mask (N, T); advantages (N,). Returns (loss, metrics dict of floats).
     token_weights (N, T), detached, multiply the clipped surrogate per token (not the KL term): truncated
     importance sampling between the rollout engine and the trainer (rollout.tis_weights); None = all ones.
+    dual_clip_c > 1 bounds the clipped loss of a negative advantage by c * |A| before the weights (`dual_clip`,
+    verl's clip_ratio_c); 0 = off, and then the metrics have no `clip_frac_dual`.
     DAPO change 5: for overlong filtering pass mask = overlong_mask(mask, truncated).
     """
     loss_tok, clipped_low, clipped_high = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
+    dual = None
+    if dual_clip_c:
+        loss_tok, dual = dual_clip(loss_tok, advantages, dual_clip_c)
     if token_weights is not None:
         loss_tok = loss_tok * token_weights
     kl = None
@@ -154,6 +172,8 @@ def policy_loss(
         "clip_frac_high": (clipped_high & m).sum().item() / n.item(),
         "kl": (kl[m].mean().item() if kl is not None and m.any() else 0.0),
     }
+    if dual is not None:
+        metrics["clip_frac_dual"] = (dual & m).sum().item() / n.item()
     return loss, metrics
 
 
