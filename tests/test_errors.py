@@ -57,6 +57,9 @@ def model_dir_without(tmp_path, tiny_model_path, missing: tuple[str, ...]):
     (["--group-size", "1"], ["--group-size", ">= 2"]),
     (["--recipe", "nope"], ["--recipe", "'nope'"]),
     (["--reward", "code", "--train-data", os.path.join(FIX, "math", "bad_json.jsonl")], ["bad_json.jsonl:1"]),
+    (["--chat-template-kwargs", "{enable_thinking: false}"], ["--chat-template-kwargs", "not JSON"]),
+    (["--dual-clip", "0.5"], ["--dual-clip", "> 1"]),
+    (["--rollout-lag", "1", "--tis-mode", "clamp"], ["--tis-mode", "'clamp'"]),
 ])
 def test_train_bad_flags_and_data(argv, needles, tmp_path, capsys):
     out = tmp_path / "run"
