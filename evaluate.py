@@ -216,12 +216,12 @@ def main(argv=None):
     source = f"the run's settings ({model_dir}/run_config.json)" if run is not None else "train.py's defaults"
     shown = ", ".join(f"{k.replace('_', '-')} {st[k]!r}" for k in FROM_RUN)
     over = "; given: " + ", ".join(f"--{k.replace('_', '-')}" for k in given) if given else ""
-    print(f"evaluating {model_dir or 'the built-in tiny model'} with {source}: {shown}{over}", file=sys.stderr, flush=True)
     samples = st["samples"]
     ks = [int(k) for k in a.k.split(",")] if a.k else sorted({1, max(samples, 1)})
     if any(k > max(samples, 1) for k in ks):
         raise SystemExit(f"error: --k {a.k}: pass@k needs k <= --samples ({samples})")
     examples = data.load_dataset(st["data"], split=st["split"], n=st["eval_problems"] or None, seed=st["seed"])  # bad data: before the model
+    print(f"evaluating {model_dir or 'the built-in tiny model'} with {source}: {shown}{over}", file=sys.stderr, flush=True)
     path = model_dir or tiny.get_tiny_model()
     model, tok, path = lora.load_any(path, torch.float32)  # a LoRA checkpoint: merged onto its base
     kind = "math-dapo" if st["reward"] == "math-dapo" else "math"
