@@ -14,7 +14,8 @@ and that a run directory the processes do not all see, or checkpoints they disag
 line (runs.check_shared_run_dir).
 
 Run:  python -m pytest -q tests/test_multinode.py             (~1 min: one 2-machine run)
-      python -m pytest -q -m slow tests/test_multinode.py     (~3-4 min on 2 shared cores: + the 1-machine run, the kill, the resume)
+      python -m pytest -q -m slow tests/test_multinode.py     (~5 min on 2 shared cores: + the 1-machine run, the kill
+                                                                and resume, the SLURM script on stub nodes)
 """
 import json
 import os
