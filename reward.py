@@ -54,12 +54,20 @@ the whole text when there is no `</think>`, which grades a cut-off thought: the 
 Equivalence (every mode): both answers are normalised, then compared by math-verify with the gold answer wrapped in
 `\\boxed{}` ("a crucial step", Skywork-OR1 Sec. 7.1). Normalisations math-verify lacks:
   * thousands separators written with LaTeX spacing (`1\\,234`, `1\\;234`, `1~234`, `1\\ 234`, `1 000 000`);
-  * a comma that is not a decimal point: "1,5" is the list 1, 5 (only d,ddd groups are thousands);
+  * a comma between digits: d,ddd groups are thousands; otherwise "3,5" is the decimal 3.5 (the decimal comma of most
+    of Europe) when the gold is one value and the words before the answer do not announce several ("the solutions
+    are 1,5" is the list 1, 5), and the list 3, 5 against a list gold;
+  * a currency sign in front (`\\$`, `\\text{\\$}`, `€`, `£`) and a unit word after ("12.50 dollars");
+  * e-notation: `1.5e-3` as `1.5\\times10^{-3}` (`3e` stays Euler's number times 3);
+  * a percent against the bare number MATH writes as the gold of a percent question: `2.5\\%` for 2.5 (as `28\\%`
+    for 28), while `0.025` stays wrong for 2.5 (the grader never sees the question);
   * repeating decimals (`0.\\overline{3}`, `0.1\\overline{6}`, `0.\\dot{3}`, `0.333\\ldots`) as fractions;
   * "28 percent" as `28\\%` (math-verify then accepts 28, 28% and 0.28 for a gold 28%);
   * a whole answer wrapped in `\\text{}` / `\\textbf{}` / `\\mathrm{}` / `\\mbox{}`, and "12 apples" as 12;
-  * every empty-set symbol (`\\emptyset`, `\\varnothing`, `\\{\\}`, `\\O`) as one;
-  * an inequality in one variable as its interval (`x > 3` is `(3,\\infty)`; "x \\le 1 or x \\ge 3" a union);
+  * every empty-set symbol (`\\emptyset`, `\\varnothing`, `\\{\\}`, `\\O`) as one, and "all real numbers",
+    `\\mathbb{R}`, `x \\in \\mathbb{R}` as `(-\\infty,\\infty)`;
+  * an inequality in one variable as its interval (`x > 3` is `(3,\\infty)`; "x \\le 1 or x \\ge 3" a union), also
+    reversed (`5 > x \\ge 1`), negated (`x \\not< 3` is `x \\ge 3`) or on `-x` (`-x < -3` is `x > 3`);
   * a column vector / `\\langle\\rangle` as a tuple; `°` as `^\\circ`;
   * multiple-choice letters and word answers ("Yes", `\\text{Evelyn}`) compared as letters / words.
   An exact string match and two plain integers need no math-verify (the built-in task's `\\boxed{18}`; ~1 ms saved
@@ -280,12 +288,35 @@ _OP = {"\\leqslant": "<=", "\\geqslant": ">=", "\\leq": "<=", "\\geq": ">=", "\\
        "\\lt": "<", "\\gt": ">", "≤": "<=", "≥": ">=", "<=": "<=", ">=": ">=", "<": "<", ">": ">"}
 
 
+# A negated relation is its complement on the reals: x \\not< 3 is x >= 3 (\\nless, \\ngtr, \\nleq, \\ngeq likewise).
+_NOT_INEQ = re.compile(r"\\not\s*(?:<|>|\\leq?\b|\\geq?\b|\\lt\b|\\gt\b)|\\nless\b|\\ngtr\b|\\nleq\b|\\ngeq\b")
+_NOT_OP = {"<": ">=", ">": "<=", "\\le": ">", "\\leq": ">", "\\ge": "<", "\\geq": "<", "\\lt": ">=", "\\gt": "<=",
+           "\\nless": ">=", "\\ngtr": "<=", "\\nleq": ">", "\\ngeq": "<"}
+_FLIP = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}
+
+
+def _negate(a: str) -> str:
+    """-a for one side of an inequality ('3' -> '-3', '-3' -> '3', 'a+b' -> '-(a+b)')."""
+    a = a.strip()
+    if re.fullmatch(r"-[\w.\\{}]+", a):
+        return a[1:]
+    return "-" + a if re.fullmatch(r"[\w.\\{}]+", a) else f"-({a})"
+
+
 def _inequality_interval(s: str) -> str | None:
-    """'x > 3' -> '(3,\\infty)', '-2 \\le x < 5' -> '[-2,5)'; None unless s is one such inequality in one variable."""
+    """'x > 3' -> '(3,\\infty)', '-2 \\le x < 5' -> '[-2,5)'; None unless s is one such inequality in one variable.
+    Also written reversed ('5 > x > 1' is (1,5)), negated ('x \\not< 3' is x >= 3) or on -x ('-x < -3' is x > 3)."""
+    s = _NOT_INEQ.sub(lambda m: " " + _NOT_OP[re.sub(r"^\\not\s*", "", m.group())] + " ", s)
     pieces = _INEQ.split(s)
     ops = [_OP[o] for o in _INEQ.findall(s)]
     pieces = [p.strip().strip("$") for p in pieces]
     var = re.compile(r"^[a-zA-Z]$")
+    if len(ops) == 1 and re.fullmatch(r"-\s*[a-zA-Z]", pieces[0]) and pieces[1]:  # -x op a: x (flipped op) -a
+        pieces, ops = [pieces[0][-1], _negate(pieces[1])], [_FLIP[ops[0]]]
+    elif len(ops) == 1 and re.fullmatch(r"-\s*[a-zA-Z]", pieces[1]) and pieces[0]:  # a op -x
+        pieces, ops = [_negate(pieces[0]), pieces[1][-1]], [_FLIP[ops[0]]]
+    if len(ops) == 2 and var.match(pieces[1]) and ops[0][0] == ops[1][0] == ">":  # 5 > x >= 1: 1 <= x < 5
+        pieces, ops = pieces[::-1], [_FLIP[ops[1]], _FLIP[ops[0]]]
     if len(ops) == 1 and var.match(pieces[0]) and pieces[1]:  # x op a
         a, op = pieces[1], ops[0]
         return {"<": f"(-\\infty,{a})", "<=": f"(-\\infty,{a}]", ">": f"({a},\\infty)", ">=": f"[{a},\\infty)"}[op]
@@ -318,13 +349,22 @@ def split_alternatives_all(answers: list[str]) -> list[str]:
 _WRAPPER = re.compile(r"^\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{(.*)\}$", re.S)
 _THOUSANDS_TEX = re.compile(r"(?<=\d)(?:\\[,;:! ]|~|\{,\}|\\thinspace\s?)(?=\d{3}(?!\d))")
 _EMPTY = re.compile(r"^(?:\\emptyset|\\varnothing|\\O|\\\{\s*(?:\\[,;: ])?\s*\\\}|\{\s*\})$")
-_REPEAT_BAR = re.compile(r"(-?)(\d*)\.(\d*)(?:\\(?:overline|dot)\{?(\d+)\}?|\((\d+)\))")
+_REPEAT_BAR = re.compile(r"(?<!\d)(-?)(\d*)\.(\d*)(?:\\(?:overline|dot)\{?(\d+)\}?|\((\d+)\))")
 _REPEAT_DOTS = re.compile(r"^(-?)(\d*)\.(\d+)\s*(?:\\ldots|\\dots|\\cdots|\.\.\.)$")
 _VECTOR = re.compile(r"^\\begin\{([pbv]?matrix)\}(.*?)\\end\{\1\}$", re.S)
 _LANGLE = re.compile(r"^\\langle(.*)\\rangle$", re.S)
 _CHOICE = re.compile(r"^\(?([A-E])\)?$|^\(([A-E])\)\s")  # "B", "(B)", "(B) 12"
 _NO_SOLUTION = {"no solution", "no solutions", "no real solution", "no real solutions", "no real roots", "none"}
 _UNIT_WORDS = re.compile(r"^([-+]?\d[\d,]*(?:\.\d+)?)\s*(?:[a-zA-Z]{2,}\s*)+(?:\^\{?[23]\}?)?$")
+_CURRENCY = re.compile(r"^(?:\\(?:text|mbox|textrm)\{\\\$\}|\\\$|€|£|\\euro\b|\\pounds\b)\s*(?=[-+]?\.?\d)")
+_E_NOTATION = re.compile(r"^([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d+)$")  # 1.5e-3 (not 3e: Euler's number)
+_DECIMAL_COMMA = re.compile(r"^[-+]?\d+,\d+$")  # one comma between digits ("3,5"): a decimal comma, or a list
+_THOUSANDS = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+$")
+# words before an answer that announce several values ("the solutions are 1,5"): the comma separates them
+_SEVERAL = re.compile(r"(?i)\b(?:solutions|roots|values|answers|zeros|zeroes|points|pairs|numbers|integers|both)\b")
+# every real number, in words or symbols: the interval (-inf, inf)
+_ALL_REALS = re.compile(r"(?i)^(?:(?:the\s+set\s+of\s+)?all\s+real(?:\s+numbers|\s+values(?:\s+of\s+[a-z])?|s|\s+[a-z])?"
+                        r"|(?:every|any)\s+real\s+number|(?:[a-z]\s*\\in\s*)?\\mathbb\s*\{?R\}?|\\R)$")
 
 
 def _fraction_of_repeating(sign: str, whole: str, pre: str, rep: str) -> str:
@@ -365,6 +405,7 @@ def normalize(ans: str) -> str:
             s = s[6:-7]
     s = s.replace("°", "^\\circ").replace("\\!", "")
     s = re.sub(r"\s*(?:\\text\{\s*(?:percent|pct)\s*\}|\bpercent\b|\bpct\b)", "\\%", s)
+    s = _CURRENCY.sub("", s)
     s = _THOUSANDS_TEX.sub("", s)
     if re.fullmatch(r"[-+]?\d{1,3}(?: \d{3})+(?:\.\d+)?", s):
         s = s.replace(" ", "")
@@ -385,6 +426,11 @@ def normalize(ans: str) -> str:
     m = _UNIT_WORDS.match(s)
     if m:
         s = m.group(1)
+    m = _E_NOTATION.match(s)
+    if m:
+        s = f"{m.group(1)}\\times10^{{{m.group(2)}}}"
+    if _ALL_REALS.match(s.strip()):
+        return "(-\\infty,\\infty)"
     interval = _inequality_interval(s)
     return interval if interval else s
 
@@ -405,6 +451,7 @@ def _choice(s: str) -> str | None:
 # 3. Equivalence
 # ================================================================================================
 _INT = re.compile(r"[+-]?\d+")
+_NUM = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
 
 
 def _fast(pred: str, gold: str) -> bool | None:
@@ -423,7 +470,7 @@ def _parse(s: str):
     return parse("\\boxed{" + s + "}", parsing_timeout=None)
 
 
-def equivalent(pred: str, gold: str) -> bool:
+def equivalent(pred: str, gold: str, decimal_comma: bool = True) -> bool:
     """Is the answer `pred` the gold answer? (one answer each; both normalised here)."""
     if not pred.strip():
         return False
@@ -433,9 +480,15 @@ def equivalent(pred: str, gold: str) -> bool:
     if len(pred) > 20 * len(gold) + 200:
         return False
     p, g = normalize(pred), normalize(gold)
+    if decimal_comma and _DECIMAL_COMMA.match(p) and not _THOUSANDS.match(p) and "," not in g:  # "3,5" for 3.5
+        # (a list answer has a list gold; an answer announced as several values is a list: check's decimal_comma)
+        p = p.replace(",", ".")
     fast = _fast(p, g)
     if fast is not None:
         return fast
+    if p.endswith("\\%") and _NUM.fullmatch(g) and _NUM.fullmatch(p[:-2].strip()):  # 2.5\\% for the percent 2.5
+        if float(p[:-2]) == float(g):
+            return True
     if "\\emptyset" in (p, g):
         return p == g or (_plain_words(p if g == "\\emptyset" else g) or "") in _NO_SOLUTION
     if (cg := _choice(gold)) is not None:
@@ -448,16 +501,25 @@ def equivalent(pred: str, gold: str) -> bool:
     return bool(gp) and bool(pp) and bool(verify(gp, pp, timeout_seconds=None))
 
 
-def grade(parts: list[str] | None, gold: str) -> bool:
+def grade(parts: list[str] | None, gold: str, decimal_comma: bool = True) -> bool:
     """A final answer (its parts) against the gold: one value; or several that are together the gold answer
     (a multi-box answer); several different values that are not the gold together are a hedge: wrong."""
     if not parts:
         return False
     if len(parts) == 1:
-        return equivalent(parts[0], gold)
+        return equivalent(parts[0], gold, decimal_comma)
     if all(equivalent(p, parts[0]) for p in parts[1:]):  # the same value repeated
         return equivalent(parts[0], gold)
     return equivalent(", ".join(normalize(p) for p in parts), gold)
+
+
+def _announces_several(completion: str, mode: str) -> bool:
+    """Do the words just before the final answer announce several values ("The solutions are x = \\boxed{1,5}")? Then
+    "1,5" is the list 1, 5, not a decimal comma. Read in the 100 characters before the last box (or the end)."""
+    text = final_text(completion, mode) if mode != "math-dapo" else (after_thought(completion) or "")
+    boxes = find_boxes(text[-20_000:])
+    end = boxes[-1][0] if boxes else len(text[-20_000:])
+    return bool(_SEVERAL.search(text[-20_000:][max(0, end - 100) : end]))
 
 
 def _fast_verdict(parts: list[str] | None, gold: str) -> bool | None:
@@ -497,7 +559,7 @@ def check(completion: str, gold: str, mode: str = "math", timeout: float = 5.0) 
     try:
         _quiet_math_verify()
         parts = extract(completion, mode)
-        ok = grade(parts, gold)
+        ok = grade(parts, gold, decimal_comma=not _announces_several(completion, mode))
         return Verdict(ok, extracted=None if parts is None else ", ".join(parts), seconds=time.monotonic() - t0)
     except _Timeout:
         return Verdict(False, timed_out=True, extracted=None if parts is None else ", ".join(parts),
