@@ -298,6 +298,10 @@ def main(argv=None):
     model, tok = load_for_inference(a.merge, getattr(torch, a.dtype), flag="--merge")
     model.save_pretrained(a.out)
     tok.save_pretrained(a.out)
+    if os.path.exists(os.path.join(a.merge, "run_config.json")):  # the run's settings travel with its weights
+        import shutil  # (evaluate.py reads them: the merged model is evaluated as its run was)
+
+        shutil.copy(os.path.join(a.merge, "run_config.json"), os.path.join(a.out, "run_config.json"))
     print(f"merged model written to {a.out}")
 
 
