@@ -26,10 +26,15 @@ Notable features
     Qwen2.5's special tokens and conventions (tokenizer EOS <|endoftext|>, turns <|im_start|> ... <|im_end|>, a
     default system turn, generation_config EOS [<|im_end|>, <|endoftext|>] with Qwen2.5-Instruct's sampling
     defaults), an embedding with more rows than the tokenizer has tokens, and the same cold start in chat form: the
-    built-in task's solutions as assistant turns ending in <|im_end|>, 70% of them the bare boxed answer.
-    models/tiny-qwen2-chat answers in the user turn's \\boxed{} format; models/tiny-qwen2-think's template opens
-    <think> in the generation prompt (Qwen3-Thinking, DeepSeek-R1-Distill) and its turns reason inside the thought,
-    close it, then box the answer (the bare answers: an empty thought). Built and shipped like the others.
+    built-in task's solutions as assistant turns ending in <|im_end|>, a share of them the bare boxed answer.
+    models/tiny-qwen2-chat (1.39M parameters, 5.6 MB; 900 SFT steps of 32, half the answers bare: 31 minutes on 2
+    shared cores, 8.4 minutes of CPU time) answers in the \\boxed{} format and ends its turn; held-out greedy accuracy
+    before RL 0.083 (400 problems; responses of 23 tokens, mostly worked steps whose sums are right but whose operands
+    are often not the question's: "47+2" -> "47+5=52 \\boxed{52}").
+    models/tiny-qwen2-think's template opens <think> in the generation prompt (Qwen3-Thinking, DeepSeek-R1-Distill)
+    and its turns reason inside the thought, close it, then box the answer (the bare answers: an empty thought);
+    600 SFT steps, 70% bare: 0.088 before RL. Both cold starts are shorter than the character model's (57,600
+    examples) and start lower than it (0.27). Built and shipped like the others.
 
 Run:  python tiny.py            # find (shipped or cached) or build the default tiny model; prints its path
       python tiny.py --ship     # rebuild the default model from scratch and write it to models/tiny-qwen2/
