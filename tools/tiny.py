@@ -20,10 +20,26 @@ Notable features
     same weights, bit for bit (slow: the full SFT). The build is deterministic on one machine (seeded, 1
     thread); another CPU (other SIMD kernels) may round differently, so that test is meaningful where the
     model was built, and `get_tiny_model(use_shipped=False)` always builds.
+  * The chat-shaped models (ChatRecipe): what a real checkpoint looks like from the outside, small enough to learn
+    on a laptop. A byte-level BPE tokenizer trained here with `tokenizers` (Qwen2's pre-tokenizer: digits one by
+    one; ~2,800 merges on a frozen copy of the project's docs and the task's conversations, models/bpe-corpus.txt.gz),
+    Qwen2.5's special tokens and conventions (tokenizer EOS <|endoftext|>, turns <|im_start|> ... <|im_end|>, a
+    default system turn, generation_config EOS [<|im_end|>, <|endoftext|>] with Qwen2.5-Instruct's sampling
+    defaults), an embedding with more rows than the tokenizer has tokens, and the same cold start in chat form: the
+    built-in task's solutions as assistant turns ending in <|im_end|>, a share of them the bare boxed answer.
+    models/tiny-qwen2-chat (1.39M parameters, 5.6 MB; 900 SFT steps of 32, half the answers bare: 31 minutes on 2
+    shared cores, 8.4 minutes of CPU time) answers in the \\boxed{} format and ends its turn; held-out greedy accuracy
+    before RL 0.083 (400 problems; responses of 23 tokens, mostly worked steps whose sums are right but whose operands
+    are often not the question's: "47+2" -> "47+5=52 \\boxed{52}").
+    models/tiny-qwen2-think's template opens <think> in the generation prompt (Qwen3-Thinking, DeepSeek-R1-Distill)
+    and its turns reason inside the thought, close it, then box the answer (the bare answers: an empty thought);
+    600 SFT steps, 70% bare: 0.088 before RL. Both cold starts are shorter than the character model's (57,600
+    examples) and start lower than it (0.27). Built and shipped like the others.
 
 Run:  python -m tools.tiny            # find (shipped or cached) or build the default tiny model; prints its path
       python -m tools.tiny --ship     # rebuild the default model from scratch and write it to models/tiny-qwen2/
       python -m tools.tiny --ship --tasks math+code   # the code model (math and code SFT) -> models/tiny-qwen2-code/
+      python -m tools.tiny --ship --chat [--style think]   # the chat-shaped model -> models/tiny-qwen2-chat/ (-think/)
 """
 from __future__ import annotations
 
@@ -150,8 +166,10 @@ def sft_batch(tokenizer, examples: list[data.Example]):
     return input_ids, (input_ids != pad).long(), lab
 
 
-def sft(model, tokenizer, recipe: TinyRecipe, log_every: int = 100) -> None:
+def sft(model, tokenizer, recipe, log_every: int = 100) -> None:
     """Cold-start SFT: AdamW, linear warm-up then cosine decay, completion-only cross-entropy."""
+    if isinstance(recipe, ChatRecipe):
+        return chat_sft(model, tokenizer, recipe, log_every)
     rng = random.Random(recipe.seed)
     n = recipe.sft_steps * recipe.sft_batch
     if "code" not in recipe.tasks:
@@ -165,6 +183,12 @@ def sft(model, tokenizer, recipe: TinyRecipe, log_every: int = 100) -> None:
                 ex.solution = data.partial_program(ex)
         elif rng.random() < recipe.sft_direct_frac:
             ex.solution = f"\\boxed{{{ex.answer}}}"
+    fit(model, recipe, lambda step: sft_batch(tokenizer, pool[step * recipe.sft_batch : (step + 1) * recipe.sft_batch]),
+        log_every)
+
+
+def fit(model, recipe, batch_of, log_every: int = 100) -> None:
+    """The SFT loop: `batch_of(step)` gives (input_ids, attention_mask, labels[, position_ids])."""
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.sft_lr, weight_decay=0.01, betas=(0.9, 0.98))
     warm = max(1, recipe.sft_steps // 20)
     model.train()
@@ -173,9 +197,13 @@ def sft(model, tokenizer, recipe: TinyRecipe, log_every: int = 100) -> None:
         lr = recipe.sft_lr * min(1.0, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * step / recipe.sft_steps))
         for g in opt.param_groups:
             g["lr"] = lr
-        batch = pool[step * recipe.sft_batch : (step + 1) * recipe.sft_batch]
-        input_ids, attn, labels = sft_batch(tokenizer, batch)
-        loss = model(input_ids=input_ids, attention_mask=attn, labels=labels).loss
+        input_ids, attn, labels, *pos = batch_of(step)
+        if pos:  # the LM head on the target positions only (a few thousand vocabulary rows: most of the cost)
+            h = model.model(input_ids=input_ids, attention_mask=attn, position_ids=pos[0]).last_hidden_state
+            target = labels[:, 1:] != -100
+            loss = torch.nn.functional.cross_entropy(model.lm_head(h[:, :-1][target]).float(), labels[:, 1:][target])
+        else:
+            loss = model(input_ids=input_ids, attention_mask=attn, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -183,6 +211,166 @@ def sft(model, tokenizer, recipe: TinyRecipe, log_every: int = 100) -> None:
         if log_every and (step % log_every == 0 or step == recipe.sft_steps - 1):
             print(f"[tiny] sft step {step:5d}/{recipe.sft_steps}  loss {loss.item():.4f}  ({time.time() - t0:.0f}s)", flush=True)
     model.eval()
+
+
+# ------------------------------------------------------------------------------------------------
+# The chat-shaped tiny models: Qwen2.5's tokenizer conventions, chat template and stop rules
+# ------------------------------------------------------------------------------------------------
+CHAT_SYSTEM = "You are a helpful assistant."  # the default system turn (Qwen2's; Qwen2.5 adds "You are Qwen, ...")
+CHAT_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # Qwen2.5's three, in its order
+THINK_TOKENS = ["<think>", "</think>"]  # added but not special (Qwen3, R1-Distill): decoded text keeps them
+# Qwen2's pre-tokenizer (its tokenizer.json): words with their leading space, each digit alone, punctuation runs
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+               r"|\s+(?!\S)|\s+")
+_TURNS = ("{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+          "{%- else %}{{- '<|im_start|>system\\n" + CHAT_SYSTEM + "<|im_end|>\\n' }}{%- endif %}"
+          "{%- for message in messages %}{%- if message.role != 'system' %}"
+          "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endif %}{%- endfor %}")
+CHAT_TEMPLATE = _TURNS + "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"  # Qwen2.5's, no tools
+# The thinking variant's generation prompt opens the thought (Qwen3-Thinking, DeepSeek-R1-Distill): the response
+# starts inside <think> and must close it before its answer.
+THINK_TEMPLATE = _TURNS + "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}{%- endif %}"
+# The BPE tokenizer's training text: the project's README and docs as they were when the chat models were first
+# built, frozen in the repository so that the tokenizer (and so the model) is rebuilt bit for bit whatever the docs
+# say today; plus the built-in task's own text (ChatRecipe.corpus).
+CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "bpe-corpus.txt.gz")
+
+
+@dataclasses.dataclass
+class ChatRecipe:
+    """A chat-shaped tiny model: byte-level BPE, Qwen2.5's special tokens and template, cold-started on chat data.
+
+    style 'chat': responses are the built-in task's solutions, "17+5=22 22+3=25 \\boxed{25}", or (sft_direct_frac
+    of them) the bare "\\boxed{25}". style 'think': the template opens <think>, and the same two kinds of response
+    reason inside the thought and answer after it: "17+5=22 22+3=25\\n</think>\\n\\n\\boxed{25}", or an empty
+    thought "\\n</think>\\n\\n\\boxed{25}" (Qwen3's non-thinking form). Every response ends with <|im_end|>."""
+    style: str = "chat"  # 'chat' or 'think'
+    vocab: int = 3072  # BPE vocabulary (256 bytes + specials + merges), before <think> </think>
+    hidden: int = 128
+    layers: int = 4
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int = 512
+    sft_steps: int = 900
+    sft_batch: int = 32
+    sft_lr: float = 3e-3
+    sft_direct_frac: float = 0.5
+    seed: int = 0
+
+    @property
+    def name(self) -> str:
+        return "tiny-qwen2-" + self.style
+
+    def corpus(self) -> list[str]:
+        import gzip
+
+        with open(CORPUS, "rb") as f:
+            docs = gzip.decompress(f.read()).decode()
+        # the task's conversations (both styles), so that the template's words are single tokens, as in a real vocabulary
+        task = [f"<|im_start|>system\n{CHAT_SYSTEM}<|im_end|>\n<|im_start|>user\n{ex.prompt}\n{data.INSTRUCTION}<|im_end|>\n"
+                f"<|im_start|>assistant\n<think>\n{chat_response(ex, k % 2, ('chat', 'think')[k // 2])}<|im_end|>\n"
+                for ex in data.builtin_task(500, "train", seed=99) for k in range(4)]
+        return [docs, *task]
+
+    def key(self) -> str:
+        import gzip
+
+        with open(CORPUS, "rb") as f:
+            corpus = hashlib.sha256(gzip.decompress(f.read())).hexdigest()
+        task = [(e.prompt, e.solution) for e in data.builtin_task(8, "train", seed=123)]
+        blob = json.dumps([dataclasses.asdict(self), RECIPE_VERSION, CHAT_SPECIALS, THINK_TOKENS, QWEN2_SPLIT, CHAT_TEMPLATE,
+                           THINK_TEMPLATE, data.INSTRUCTION, data.LEVELS, task, corpus], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+CHAT_RECIPE = ChatRecipe()  # shipped: models/tiny-qwen2-chat
+# shipped: models/tiny-qwen2-think, a shorter cold start than the chat model's (600 steps, 70% bare answers)
+THINK_RECIPE = ChatRecipe(style="think", sft_steps=600, sft_direct_frac=0.7)
+
+
+def chat_response(ex: data.Example, direct: bool, style: str) -> str:
+    """The assistant turn's text (without <|im_end|>) for `ex`: worked steps or the bare answer, in `style`."""
+    steps = ex.solution.rsplit(" \\boxed{", 1)[0]
+    box = f"\\boxed{{{ex.answer}}}"
+    if style == "think":
+        return ("" if direct else steps) + "\n</think>\n\n" + box
+    return box if direct else f"{steps} {box}"
+
+
+def build_chat_tokenizer(recipe: ChatRecipe):
+    """A byte-level BPE tokenizer trained here (Qwen2's pre-tokenizer and NFC normaliser), with Qwen2.5's special
+    tokens and conventions: EOS and pad <|endoftext|>, turns <|im_start|> ... <|im_end|>, no BOS; <think> </think>
+    as added non-special tokens; the recipe's chat template."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE())
+    tk.normalizer = normalizers.NFC()
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False, trim_offsets=False)])
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=recipe.vocab, show_progress=False, special_tokens=CHAT_SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tk.train_from_iterator(recipe.corpus(), trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                                  model_max_length=512)
+    tok.add_special_tokens({"additional_special_tokens": CHAT_SPECIALS[1:]})
+    tok.add_tokens(THINK_TOKENS)  # special=False: skip_special_tokens keeps them, as the reward must see </think>
+    tok.chat_template = THINK_TEMPLATE if recipe.style == "think" else CHAT_TEMPLATE
+    return tok
+
+
+def build_chat_model(recipe: ChatRecipe, tokenizer):
+    """A randomly initialised Qwen2ForCausalLM whose config and generation_config follow Qwen2.5-Instruct's: config
+    EOS <|endoftext|>, generation_config EOS [<|im_end|>, <|endoftext|>] and its sampling defaults (which every
+    engine here switches off), an embedding with more rows than the tokenizer has tokens."""
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    eos, im_end = tokenizer.convert_tokens_to_ids(["<|endoftext|>", "<|im_end|>"])
+    cfg = Qwen2Config(
+        vocab_size=-(-len(tokenizer) // 64) * 64, hidden_size=recipe.hidden, num_hidden_layers=recipe.layers,
+        num_attention_heads=recipe.heads, num_key_value_heads=recipe.kv_heads, intermediate_size=recipe.intermediate,
+        max_position_embeddings=512, tie_word_embeddings=True, pad_token_id=eos, eos_token_id=eos, bos_token_id=eos,
+    )
+    torch.manual_seed(recipe.seed)
+    model = Qwen2ForCausalLM(cfg)
+    model.generation_config = GenerationConfig(bos_token_id=eos, pad_token_id=eos, eos_token_id=[im_end, eos],
+                                               do_sample=True, temperature=0.7, top_p=0.8, top_k=20, repetition_penalty=1.05)
+    return model
+
+
+def chat_sft_batch(tokenizer, prompts: list[str], responses: list[str]):
+    """Left-padded (prompt + response + <|im_end|>) rows, labels -100 outside the response and its <|im_end|> (the
+    template, the system and user turns are never targets), position ids counting real tokens (as generation)."""
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    ids, labels = [], []
+    for p, r in zip(prompts, responses):
+        p = tokenizer(p, add_special_tokens=False)["input_ids"]
+        r = tokenizer(r, add_special_tokens=False)["input_ids"] + [im_end]
+        ids.append(p + r)
+        labels.append([-100] * len(p) + r)
+    T = max(map(len, ids))
+    input_ids = torch.tensor([[tokenizer.pad_token_id] * (T - len(x)) + x for x in ids])
+    attn = torch.tensor([[0] * (T - len(x)) + [1] * len(x) for x in ids])
+    lab = torch.tensor([[-100] * (T - len(x)) + x for x in labels])
+    return input_ids, attn, lab, (attn.cumsum(-1) - 1).clamp(min=0)
+
+
+def chat_sft_data(tokenizer, recipe: ChatRecipe) -> tuple[list[str], list[str]]:
+    """(prompt, response) pairs: the built-in task's training problems in the chat template (the default system turn,
+    the question and the \\boxed{} instruction as the user turn), sft_direct_frac of the answers bare."""
+    rng = random.Random(recipe.seed)
+    pool = data.builtin_task(recipe.sft_steps * recipe.sft_batch, split="train", seed=recipe.seed + 1)
+    prompts = [data.build_prompt(tokenizer, ex.prompt, "math", "chat") for ex in pool]
+    return prompts, [chat_response(ex, rng.random() < recipe.sft_direct_frac, recipe.style) for ex in pool]
+
+
+def chat_sft(model, tokenizer, recipe: ChatRecipe, log_every: int = 100) -> None:
+    prompts, responses = chat_sft_data(tokenizer, recipe)
+    b = recipe.sft_batch
+    fit(model, recipe, lambda step: chat_sft_batch(tokenizer, prompts[step * b : (step + 1) * b], responses[step * b : (step + 1) * b]),
+        log_every)
 
 
 def default_dir() -> str:
@@ -194,7 +382,9 @@ SHIPPED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 SHIPPED_CODE_DIR = SHIPPED_DIR + "-code"  # CODE_RECIPE's model
 
 
-def shipped_dir(recipe: TinyRecipe) -> str:
+def shipped_dir(recipe) -> str:
+    if isinstance(recipe, ChatRecipe):
+        return os.path.join(os.path.dirname(SHIPPED_DIR), recipe.name)
     return SHIPPED_CODE_DIR if "code" in recipe.tasks else SHIPPED_DIR
 
 
@@ -213,20 +403,21 @@ def shipped_key(path: str = SHIPPED_DIR) -> str | None:
         return None
 
 
-def get_tiny_model(recipe: TinyRecipe | None = None, cache_dir: str | None = None, verbose: bool = True,
+def get_tiny_model(recipe: TinyRecipe | ChatRecipe | None = None, cache_dir: str | None = None, verbose: bool = True,
                    use_shipped: bool = True) -> str:
     """Path of a saved tiny model for `recipe`: the shipped one when it was built from this recipe, else the cached
     one, else built now (tokenizer, model, SFT) and cached."""
     recipe = recipe or TinyRecipe()
     if use_shipped and shipped_key(shipped_dir(recipe)) == recipe.key():
         return shipped_dir(recipe)
-    path = os.path.join(cache_dir or default_dir(), f"tiny-qwen2-{recipe.key()}")
+    chat = isinstance(recipe, ChatRecipe)
+    path = os.path.join(cache_dir or default_dir(), f"{recipe.name if chat else 'tiny-qwen2'}-{recipe.key()}")
     if os.path.exists(os.path.join(path, "recipe.json")):
         return path
     if verbose:
         print(f"[tiny] building the tiny model (one time, cached at {path})", flush=True)
-    tok = build_tokenizer(recipe.words())
-    model = build_model(recipe, tok)
+    tok = build_chat_tokenizer(recipe) if chat else build_tokenizer(recipe.words())
+    model = build_chat_model(recipe, tok) if chat else build_model(recipe, tok)
     sft(model, tok, recipe, log_every=100 if verbose else 0)
     tmp = path + f".tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -242,22 +433,30 @@ def get_tiny_model(recipe: TinyRecipe | None = None, cache_dir: str | None = Non
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for f in dataclasses.fields(TinyRecipe):
-        ap.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
+    fields = {f.name: f for f in dataclasses.fields(TinyRecipe) + dataclasses.fields(ChatRecipe)}
+    for f in fields.values():  # unset: the recipe's default (TinyRecipe's, or ChatRecipe's with --chat)
+        ap.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=None)
+    ap.add_argument("--chat", action="store_true", help="the chat-shaped model (ChatRecipe; --style chat or think)")
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--ship", action="store_true", help=f"rebuild from scratch and write the result to {SHIPPED_DIR} "
-                                                       f"(--tasks math+code: {SHIPPED_CODE_DIR})")
+                                                       f"(--tasks math+code: {SHIPPED_CODE_DIR}; --chat: models/tiny-qwen2-STYLE)")
     a = vars(ap.parse_args())
-    cache, ship = a.pop("cache_dir"), a.pop("ship")
+    cache, ship, chat = a.pop("cache_dir"), a.pop("ship"), a.pop("chat")
+    kind = ChatRecipe if chat else TinyRecipe
+    given = {k: v for k, v in a.items() if v is not None}
+    if set(given) - {f.name for f in dataclasses.fields(kind)}:
+        raise SystemExit(f"error: {', '.join('--' + k.replace('_', '-') for k in sorted(set(given) - {f.name for f in dataclasses.fields(kind)}))}: "
+                         f"not a setting of {kind.__name__}" + ("" if chat else " (add --chat)"))
+    a = given
     torch.set_num_threads(1)  # see train.py --threads: one SFT step took 0.46 s on 1 thread, 4.8 s on 2 (measured here)
     if ship:
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
-            recipe = TinyRecipe(**a)
+            recipe = kind(**a)
             built = get_tiny_model(recipe, tmp, use_shipped=False)
             shutil.rmtree(shipped_dir(recipe), ignore_errors=True)
             shutil.copytree(built, shipped_dir(recipe))
         print(shipped_dir(recipe))
     else:
-        print(get_tiny_model(TinyRecipe(**a), cache))
+        print(get_tiny_model(kind(**a), cache))
