@@ -27,7 +27,7 @@ import torch
 import data
 import rollout
 from tools import tiny
-import train
+from trainer import batches, logprobs
 from reward import MathReward, final_text
 from rollout import FastEngine, SamplingParams
 
@@ -127,7 +127,7 @@ def test_rl_batch_scores_the_response_and_its_end_of_turn_once(recipe, shipped):
     assert len(ended) >= 0.9 * len(comps) and all(c.token_ids[-1] == im_end for c in ended)
     p_ids = [tok(prompts[i // 4], add_special_tokens=False)["input_ids"] for i in range(len(comps))]
     r_ids = [c.token_ids for c in comps]
-    batch = train.make_batch(tok, p_ids, r_ids, "cpu")
+    batch = batches.make_batch(tok, p_ids, r_ids, "cpu")
     resp, mask = batch[3], batch[4]
     template = set(tok.convert_tokens_to_ids(["<|im_start|>", "<|endoftext|>"]))
     for i, c in enumerate(comps):
@@ -136,7 +136,7 @@ def test_rl_batch_scores_the_response_and_its_end_of_turn_once(recipe, shipped):
         assert not stops & set(scored[:-1]) and scored.count(im_end) == (0 if c.truncated else 1)
         assert c.text == tok.decode(scored, skip_special_tokens=True) and "<|im_end|>" not in c.text
     with torch.no_grad():
-        logp, _ = train.response_logprobs(model, batch, 1.0)
+        logp, _ = logprobs.response_logprobs(model, batch, 1.0)
     for i, c in enumerate(comps):
         got = logp[i][: c.length]
         assert torch.allclose(got, torch.tensor(c.logprobs), atol=2e-4), i

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+import config
 import data
 import evaluate
 import train
@@ -80,7 +81,7 @@ def test_recipes_table_is_the_bench_results():
     import recipes
 
     results = json.load(open(recipes.RESULTS))
-    assert set(results["rows"]) == set(train.RECIPES)
+    assert set(results["rows"]) == set(config.RECIPES)
     assert all(re.fullmatch(r"[0-9a-f]{10}(\+changes)?", r["commit"]) for r in results["rows"].values())
     shown = README.split(recipes.BEGIN, 1)[1].split(recipes.END, 1)[0].strip()
     assert shown == recipes.table(results), "README's recipes table is stale: python bench/recipes.py --update-readme"
