@@ -247,7 +247,7 @@ def test_partial_credit_groups_are_kept_by_dynamic_sampling(trained_model_path, 
     def partial(texts, golds):
         return [0.5 * (len(t) % 2) for t in texts], [False] * len(texts), {"reward/timeouts": 0}
 
-    monkeypatch.setattr(trainer.setup, "make_reward", lambda cfg, reward: partial)
+    monkeypatch.setattr(trainer.setup, "make_reward", lambda cfg, reward, thought_open=False: partial)
     hist = run(trained_model_path, tmp_path / "score", "--dynamic-sampling", "--filter-metric", "score", "--max-steps", "1")
     assert hist[0]["rollout/accuracy"] == 0.0 and hist[0]["rollout/frac_zero_std"] == 0.0 and hist[0]["reward/std"] > 0
     with pytest.raises(SystemExit, match="^error: step 1: dynamic sampling: .*mixed correctness"):  # one error line
