@@ -103,7 +103,7 @@ def test_rollout_lag_group_ctrl_c_in_a_step_then_resume_is_exact(trained_model_p
 ])
 def test_ctrl_c(kind, target, when, trained_model_path, tmp_path):
     out = tmp_path / "run"
-    evals = ["--eval-problems", "200"] if when == "eval" else []  # an evaluation long enough to land in
+    evals = ["--eval-problems", "200", "--eval-samples", "8"] if when == "eval" else []  # seconds long: lands in it
     cmd = [sys.executable, "train.py", "--model", trained_model_path, *SMALL, *KINDS[kind], *evals, "--max-steps", "20",
            "--output-dir", str(out)]
     check(*interrupt(cmd, out, target, when), "before the first step" if when == "eval" else "during step")

@@ -62,9 +62,10 @@ class Round:
 class Collector:
     """Steps 1-3 of a training step on this process (see the module docstring); `collect(plan)` -> Rollout."""
 
-    def __init__(self, run, engine=None):
+    def __init__(self, run, engine=None, tok=None):
         self.run, self.cfg, self.acc = run, run.cfg, run.accelerator
         self.engine = engine or run.engine  # --rollout-lag: the producer's engine, on its own copy of the policy
+        self.tok = tok or run.tok  # --rollout-lag: the producer's own tokenizer (a fast tokenizer is not thread-safe)
         self.world, self.rank = run.accelerator.num_processes, run.accelerator.process_index
         self.observed: list = []  # (prompt index, pass rate) of every group generated this step
         self.seamless = None
@@ -101,7 +102,7 @@ class Collector:
 
     def prompt(self, plan: StepPlan, question: str) -> str:
         """The prompt text of a training question: --template (and --system-prompt) for the task's kind."""
-        return data.build_prompt(self.run.tok, question, plan.task.kind, self.cfg.template, self.cfg.system_prompt,
+        return data.build_prompt(self.tok, question, plan.task.kind, self.cfg.template, self.cfg.system_prompt,
                                  data.parse_template_kwargs(self.cfg.chat_template_kwargs))
 
     def shape(self, comps, rewards, sp):

@@ -21,7 +21,8 @@ def make_producer(run) -> async_rollout.Producer:
 
     cfg = run.cfg
     twin = copy.deepcopy(run.accelerator.unwrap_model(run.model)).eval().requires_grad_(False)
-    collector = Collector(run, rollout.make_engine(cfg.rollout, twin, run.tok))
+    tok = copy.deepcopy(run.tok)  # its own: a fast tokenizer used by two threads at once fails ("Unable to create tensor")
+    collector = Collector(run, rollout.make_engine(cfg.rollout, twin, tok), tok)
 
     def produce(step) -> Rollout:
         t0 = time.time()
@@ -32,8 +33,8 @@ def make_producer(run) -> async_rollout.Producer:
             ro.behav_logp = [torch.tensor(c.logprobs) for c in ro.completions]
         else:  # the hf engine reports none: a forward pass of the producer's weights (as slow as half an update)
             G = plan.group_size
-            p_ids = [run.tok(ro.prompts[i // G], add_special_tokens=False)["input_ids"] for i in range(len(ro.completions))]
-            ro.behav_logp = old_logprobs(cfg, twin, run.tok, p_ids, [c.token_ids for c in ro.completions],
+            p_ids = [tok(ro.prompts[i // G], add_special_tokens=False)["input_ids"] for i in range(len(ro.completions))]
+            ro.behav_logp = old_logprobs(cfg, twin, tok, p_ids, [c.token_ids for c in ro.completions],
                                          run.accelerator.device)
         ro.metrics.update({"async/collect_s": t1 - t0, "async/behav_logp_s": time.time() - t1})  # generate + score; pi_behav
         return ro
