@@ -20,7 +20,6 @@ Run:  python -m pytest -q tests/test_multinode.py             (~1 min: one 2-mac
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ import pytest
 import torch
 
 import runs
+from tests.test_multiprocess import _free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 600
@@ -38,12 +38,6 @@ ARGS = ["--recipe", "dapo", "--batch-size", "16", "--group-size", "4", "--mini-b
 
 pytestmark = pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
                                 reason="torch.distributed with gloo is needed")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(machines: int, rank: int, port: int, model: str, out, audit, *args) -> subprocess.Popen:
