@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -206,6 +207,14 @@ def plan(a):
     fits(a, rows, d1, d2)
 
 
+# torch's AdamW on CUDA defaults to its foreach implementation, whose step holds sqrt(v) for every parameter at once
+# (torch._foreach_sqrt: one fp32 tensor per parameter) on top of weights, gradients and both moments; on the CPU it
+# loops over the tensors (one parameter's temporary at a time), so the CPU measurements above miss it. Measured on an
+# H100 (bench/gpu.py, docs/memory.md): full fine-tuning's peak is the optimizer step, 20 B per parameter, at 1,024 and
+# 4,096 response tokens alike.
+FOREACH_ADAMW_B = 4
+
+
 def fits(a, rows, d1, d2):
     """The plan: trainer peak at the plan's tokens, vLLM's share, and the GPU sizes it fits.
 
@@ -213,11 +222,20 @@ def fits(a, rows, d1, d2):
     (T - T_measured) x (L x h x 2 B + h x 47 B): with gradient checkpointing one bf16 hidden state per layer and token,
     plus one layer's full activations (~47 B per token and hidden unit in bf16, docs/multi_gpu.md's measured ~93 B in
     fp32). Full fine-tuning where it was not measured: 16 B per parameter + the 1.5B row's non-weight costs scaled by
-    hidden size. vLLM (bf16): weights 2 B per parameter + the KV cache, 2 (K, V) x layers x kv heads x head dim x 2 B
+    hidden size; full fine-tuning + 4 B per parameter on a GPU (FOREACH_ADAMW_B). vLLM (bf16): weights 2 B per parameter + the KV cache, 2 (K, V) x layers x kv heads x head dim x 2 B
     per token, for --plan-kv-tokens tokens in flight. "No vLLM": the fast / hf engine generating from the training
     model (its KV cache for the rollout batch comes on top at generation time, when no update runs). A GPU fits when trainer + vLLM + 1.5 GB (CUDA context, allocator
     slack; an estimate) <= its memory; vLLM's --vllm-gpu-memory-utilization is then (vLLM + 0.5 GB) / GPU."""
     T_meas, T = a.micro * (a.prompt + a.resp), a.plan_micro * (a.plan_prompt + a.plan_resp)
+    gpu_rows = {}  # (size, mode) -> update peak GiB, where bench/gpu.py measured the plan's own micro-batch on a GPU
+    if a.gpu_measured:
+        text = open(a.gpu_measured).read()
+        m = re.search(r"micro-batch (\d+) x \((\d+) \+ R\) tokens", text)
+        if m and (int(m.group(1)), int(m.group(2))) == (a.plan_micro, a.plan_prompt):
+            for line in text.splitlines():
+                c = [x.strip() for x in line.strip().strip("|").split("|")]
+                if len(c) == 14 and c[0].startswith("Qwen2.5-") and c[5] == str(a.plan_resp):
+                    gpu_rows[(c[0][len("Qwen2.5-"):], c[1])] = float(c[6])
     print(f"\nplan: micro-batch {a.plan_micro} x ({a.plan_prompt} + {a.plan_resp}) tokens, gradient checkpointing, LoRA r "
           f"{a.rank}; vLLM bf16 with {a.plan_kv_tokens} tokens of KV cache; + 1.5 GB CUDA context / slack")
     print("| model | mode | trainer GB | origin | no vLLM: fits | vLLM GB (weights + KV) | with vLLM: total GB | fits (vLLM share) |")
@@ -227,7 +245,9 @@ def fits(a, rows, d1, d2):
         extra = (T - T_meas) * (L * h * 2 + h * 47) / 2**20  # MB
         vllm = (2 * n_params(size) + 2 * L * kv * (h // heads) * 2 * a.plan_kv_tokens) / 2**30
         for mode in ("full", "lora", "qlora"):
-            if (size, mode) in rows:
+            if (size, mode) in gpu_rows:
+                trainer, origin = gpu_rows[(size, mode)], f"measured on a GPU ({os.path.basename(a.gpu_measured)})"
+            elif (size, mode) in rows:
                 t1, t2 = rows[(size, mode)]
                 trainer = (t2 + (t2 - t1) / (d2 - d1) * (L - d2) + extra) / 1024
                 origin = f"measured on CPU at {d1}-{d2} layers, extrapolated"
@@ -238,6 +258,9 @@ def fits(a, rows, d1, d2):
                 origin = "16 B/param + the 1.5B row's activations scaled by h (computed)"
             else:
                 continue
+            if mode == "full" and (size, mode) not in gpu_rows:  # + AdamW's foreach temporaries on a GPU (not on the CPU, where AdamW loops per tensor)
+                trainer += FOREACH_ADAMW_B * n_params(size) / 2**30
+                origin += f", + {FOREACH_ADAMW_B} B/param (GPU AdamW)"
             # QLoRA: 4-bit weights cannot be merged exactly, so vLLM keeps its own bf16 base and receives the adapter
             # alone (--lora-vllm-sync adapter): the same vLLM share as the other modes
             vllm_txt, v = (f"{vllm:.1f} (adapter sync)" if mode == "qlora" else f"{vllm:.1f}"), vllm
@@ -311,6 +334,8 @@ def main():
     ap.add_argument("--modes", default="full,lora,qlora", help="--plan: full, lora, qlora")
     ap.add_argument("--depths", default="1,2", help="--plan: the two reduced depths the per-layer slope comes from")
     ap.add_argument("--measured", default="", help="--plan: read the measured table from a previous --plan output")
+    ap.add_argument("--gpu-measured", default="", help="--plan: bench/gpu.py's output; its rows at the plan's micro-batch "
+                                                       "replace the CPU extrapolation")
     ap.add_argument("--plan-micro", type=int, default=2, help="--plan: micro-batch of the plan")
     ap.add_argument("--plan-prompt", type=int, default=256, help="--plan: prompt tokens of the plan")
     ap.add_argument("--plan-resp", type=int, default=1024, help="--plan: response tokens of the plan")

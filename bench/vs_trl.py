@@ -10,6 +10,8 @@ temperature 1, top-p 1, top-k off, no repetition penalty, AdamW at a constant lr
 1 torch thread, the same reward function (reward.MathReward, 1/0), and the same prompt strings in the same order
 (the project's prompt sampler is replayed to build TRL's dataset, which TRL then reads unshuffled). Each side runs
 in its own process; a child reports the settings it actually ran with and the parent asserts they are identical.
+On a machine with a CUDA GPU both sides run on it with bf16 mixed precision (train.py's --dtype auto; TRL's
+bf16=True: fp32 weights and AdamW, the forward under bf16 autocast); the settings check includes device and precision.
 Per step: the median over steps 2..N of the wall time of a step (generation, reward, update; TRL: from one
 `on_step_end` to the next, so its logging is included; the project: `perf/step_time_s`), and response tokens/s.
 Prints figures; asserts only that the settings match.
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project is one folder up
 sys.path.insert(0, ROOT)
@@ -50,6 +53,7 @@ def run_project(a, model_path: str) -> dict:
     import torch
 
     import train
+    from trainer import distributed
 
     out = tempfile.mkdtemp(prefix="vs-trl-project-")
     argv = ["--model", model_path, "--output-dir", out, "--max-steps", str(a.steps), "--seed", str(a.seed),
@@ -67,6 +71,7 @@ def run_project(a, model_path: str) -> dict:
         "lr_per_step": [r["perf/lr"] for r in hist], "loss": {"token-mean": "token-mean"}[cfg["loss_agg"]],
         "updates_per_step": [r["policy/updates"] for r in hist], "beta": cfg["kl_coef"], "clip": [cfg["clip_low"], cfg["clip_high"]],
         "grad_clip": cfg["grad_clip"], "threads": torch.get_num_threads(),
+        "device": "cuda" if torch.cuda.is_available() else "cpu", "precision": distributed.precision(types.SimpleNamespace(**cfg)),
         "sampling": {"temperature": cfg["temperature"], "top_p": cfg["top_p"], "top_k": 0, "repetition_penalty": 1.0},
     }
     return {"settings": settings, "step_s": [r["perf/step_time_s"] for r in hist],
@@ -107,15 +112,16 @@ def run_trl(a, model_path: str) -> dict:
                 self.tokens.append(logs["completions/mean_length"] * a.prompts * a.group)
 
     out = tempfile.mkdtemp(prefix="vs-trl-trl-")
+    gpu = torch.cuda.is_available()  # as train.py: the GPU when there is one, with bf16-mixed (its --dtype auto)
     args = GRPOConfig(
-        output_dir=out, max_steps=a.steps, seed=a.seed, use_cpu=True, report_to="none", save_strategy="no",
+        output_dir=out, max_steps=a.steps, seed=a.seed, use_cpu=not gpu, report_to="none", save_strategy="no",
         logging_steps=1, disable_tqdm=True, log_completions=False,
         per_device_train_batch_size=a.prompts * a.group, gradient_accumulation_steps=1, steps_per_generation=1,
         num_generations=a.group, num_iterations=1, max_completion_length=a.max_new_tokens, shuffle_dataset=False,
         temperature=1.0, top_p=1.0, top_k=0, repetition_penalty=1.0,
         learning_rate=a.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
         adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
-        loss_type="dapo", beta=0.0, epsilon=0.2, scale_rewards="group", bf16=False, dataloader_num_workers=0,
+        loss_type="dapo", beta=0.0, epsilon=0.2, scale_rewards="group", bf16=gpu, dataloader_num_workers=0,
     )
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     clock = Clock()
@@ -129,6 +135,7 @@ def run_trl(a, model_path: str) -> dict:
         "G": args.num_generations, "max_new_tokens": gc.max_new_tokens, "lr_per_step": clock.lr,
         "loss": {"dapo": "token-mean"}[args.loss_type], "updates_per_step": [1] * len(clock.lr), "beta": args.beta,
         "clip": [trainer.epsilon_low, trainer.epsilon_high], "grad_clip": args.max_grad_norm, "threads": torch.get_num_threads(),
+        "device": trainer.accelerator.device.type, "precision": "bf16-mixed" if args.bf16 else "float32",
         "sampling": {"temperature": gc.temperature, "top_p": gc.top_p, "top_k": gc.top_k or 0,
                      "repetition_penalty": gc.repetition_penalty if gc.repetition_penalty is not None else 1.0},
     }
@@ -204,7 +211,7 @@ def main():
         assert not diff, f"settings differ between the two sides: {diff}"
     s = runs["project"][0]["settings"]
     print(f"\nsettings (identical on both sides): model {s['model']}, B {s['B']} x G {s['G']}, {s['max_new_tokens']} new tokens, "
-          f"lr {s['lr_per_step'][0]} constant, loss {s['loss']}, beta {s['beta']}, clip {s['clip']}, {s['threads']} thread, "
+          f"lr {s['lr_per_step'][0]} constant, loss {s['loss']}, beta {s['beta']}, clip {s['clip']}, {s['threads']} thread, {s['device']} {s['precision']}, "
           f"sampling {s['sampling']}, prompts sha {s['prompts']}")
     print(f"versions: torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}; "
           f"project engine {a.engine!r}, extra train.py flags {a.train_args!r}; cpu count {os.cpu_count()}")
