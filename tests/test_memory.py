@@ -267,3 +267,67 @@ def test_bad_flags_are_one_error_line():
                        (["--report-to", "mlflow"], "--report-to"), (["--fsdp", "--recipe", "dapo"], "--fsdp")):
         with pytest.raises(SystemExit, match=f"^error: {flag}"):
             config.parse_config(argv)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The memory plan (bench/memory.py --plan) and the GPU measurement that corrects it (bench/gpu.py)
+ROOT = __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__)))
+PLAN = ["bench/memory.py", "--plan", "--ckpt", "--resp", "64", "--measured", "docs/memory.md"]
+
+
+def _plan_rows(extra=()):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, *PLAN, *extra], cwd=ROOT, capture_output=True, text=True, check=True)
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in r.stdout.splitlines()
+            if line.startswith("| Qwen2.5-")]
+    return r.stdout, {(c[0][len("Qwen2.5-"):], c[1]): c for c in rows}
+
+
+def test_plan_in_docs_is_the_commands_output():
+    """docs/memory.md's plan table is what its command prints now (with the H100 rows): no hand-edited figure."""
+    out, _ = _plan_rows(["--gpu-measured", "bench/results/gpu_h100.md"])
+    table = [line for line in out.splitlines() if line.startswith("|")]
+    doc = open(f"{ROOT}/docs/memory.md").read()
+    assert "\n".join(table) in doc
+
+
+def test_plan_takes_gpu_rows_at_the_plans_micro_batch_and_adds_adamw_step_elsewhere():
+    import sys
+
+    sys.path.insert(0, f"{ROOT}/bench")
+    import gpu
+    import memory
+
+    _, cpu = _plan_rows()
+    _, with_gpu = _plan_rows(["--gpu-measured", "bench/results/gpu_h100.md"])
+    measured = {}  # bench/gpu.py's rows at R = 1,024 (the plan's 2 x (256 + 1,024) tokens)
+    for line in open(f"{ROOT}/bench/results/gpu_h100.md"):
+        c = [x.strip() for x in line.strip().strip("|").split("|")]
+        if len(c) == 14 and c[0].startswith("Qwen2.5-") and c[5] == "1024":
+            measured[(c[0][len("Qwen2.5-"):], c[1])] = float(c[6])
+    assert {("0.5B", "full"), ("1.5B", "lora"), ("7B", "lora")} <= set(measured)
+    for key, row in with_gpu.items():
+        if key in measured:
+            assert row[3].startswith("measured on a GPU") and float(row[2]) == round(measured[key], 1)
+        else:  # unchanged: the CPU extrapolation
+            assert row[2:4] == cpu[key][2:4]
+    for (size, mode), row in cpu.items():  # bench/gpu.py's plan column is the same formula as the plan
+        if "extrapolated" in row[3]:
+            assert round(gpu.plan_gb(size, mode, 2 * (256 + 1024)), 1) == float(row[2]), (size, mode)
+        if mode == "full":  # + 4 B per parameter: AdamW's foreach step on a GPU
+            assert "+ 4 B/param (GPU AdamW)" in row[3]
+    full_15 = float(cpu[("1.5B", "full")][2])
+    assert abs(full_15 - measured[("1.5B", "full")]) / measured[("1.5B", "full")] < 0.15  # the correction holds
+    assert memory.FOREACH_ADAMW_B == 4
+
+
+def test_gpu_bench_without_cuda_is_one_error_line():
+    import subprocess
+    import sys
+
+    if torch.cuda.is_available():
+        pytest.skip("checks what a machine without CUDA reports")
+    r = subprocess.run([sys.executable, "bench/gpu.py"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.strip().startswith("error: --device cuda:") and "Traceback" not in r.stderr
