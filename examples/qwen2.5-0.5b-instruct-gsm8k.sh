@@ -4,13 +4,13 @@
 #   python examples/prepare_data.py gsm8k                # data/gsm8k/train.jsonl (7,473), data/gsm8k/test.jsonl (1,319)
 #   bash examples/qwen2.5-0.5b-instruct-gsm8k.sh          # any train.py flag appended wins, e.g. --max-steps 20
 #
-# Hardware: one 24 GB GPU (bf16-mixed). Memory (docs/memory.md, extrapolated from CPU measurements, no GPU has run
-#   this): the trainer's update peak 8.5 GB at micro-batches of 2,560 tokens (full fine-tuning, gradient
-#   checkpointing), + 0.2 GB for the 5,120 tokens passed here ((5,120 - 2,560) x (24 layers x 896 x 2 B + 896 x 47 B),
-#   docs/memory.md's rule), + 2.0 GB for the KL reference (--kl-coef: a frozen copy, fp32 weights under bf16-mixed,
+# Hardware: one 24 GB GPU (bf16-mixed). Memory (docs/memory.md "Measured on a GPU"; this script has not run on a GPU):
+#   the trainer's update peak, measured on one H100 with Qwen2.5-0.5B's shapes (random weights, full fine-tuning,
+#   gradient checkpointing), 9.3 GB at micro-batches of 2,560 and of 8,704 tokens alike (AdamW's step, 20 B per
+#   parameter, is the peak), + 2.0 GB for the KL reference (--kl-coef: a frozen copy, fp32 weights under bf16-mixed,
 #   494M x 4 B) + 1.5 GB CUDA context + vLLM's share 0.3 x 24 GB (1.0 GB of bf16 weights, the rest its KV cache)
-#   = ~19.4 GB (computed, not measured).
-# Time per step: not measured (no GPU run yet).
+#   = ~20 GB (computed from the measured update).
+# Time per step: not measured (no GPU has run this script; an H100 timed one update of its shapes, docs/memory.md).
 # Template: the model's own chat template, the question and "Please reason step by step, and put your final answer
 #   within \boxed{}." as the user turn (--template chat); reward: the final answer, math-verify equivalence (--reward math).
 # Compare against (GSM8K test, 1,319 problems, greedy):

@@ -4,11 +4,12 @@
 #   python examples/prepare_data.py math                 # data/math/train_level3-5.jsonl, data/math/math500.jsonl
 #   bash examples/qwen2.5-math-1.5b-dapo-zero.sh          # any train.py flag appended wins
 #
-# Hardware: one 80 GB GPU (bf16-mixed). Memory (docs/memory.md, extrapolated from CPU measurements, no GPU has run
-#   this): the trainer's update peak ~24 GB (Qwen2.5-1.5B shapes, full fine-tuning, gradient checkpointing) + 1.5 GB
-#   CUDA context + vLLM's share 0.3 x 80 GB (3.1 GB of bf16 weights, the rest KV cache for 512 responses of up to
-#   3,000 tokens) = ~50 GB. A 40 GB card: --vllm-gpu-memory-utilization 0.25 and --micro-batch-tokens 4096.
-# Time per step: not measured (no GPU run yet).
+# Hardware: one 80 GB GPU (bf16-mixed). Memory (docs/memory.md "Measured on a GPU"; this script has not run on a GPU):
+#   the trainer's update peak 28.8 GB, measured on one H100 with Qwen2.5-1.5B's shapes (random weights, full
+#   fine-tuning, gradient checkpointing, 2,560 and 8,704 tokens per micro-batch alike: AdamW's step, 20 B per
+#   parameter) + 1.5 GB CUDA context + vLLM's share 0.3 x 80 GB (3.1 GB of bf16 weights, the rest KV cache for 512
+#   responses of up to 3,000 tokens) = ~54 GB. A 40 GB card: --vllm-gpu-memory-utilization 0.2 (28.8 + 1.5 + 8 GB).
+# Time per step: not measured (no GPU has run this script; an H100 timed one update of its shapes, docs/memory.md).
 # Recipe: DAPO's loss and sampling (train.py --recipe dapo: clip-higher 0.28, token-mean, dynamic sampling, soft
 #   overlong punishment, +1/-1 reward, 16 updates per rollout), lengths cut to the model's 4,096-token context.
 # Template: Qwen2.5-Math's system prompt "Please reason step by step, and put your final answer within \boxed{}."
