@@ -19,7 +19,14 @@ strict == all_or_nothing and soft == fraction of tests passed.
 
 Program extraction: the LAST fenced block tagged python/py/python3 or untagged (a final answer
 usually comes after any sketches in the reasoning). No such block, or an unterminated one (a
-truncated completion), gives reward 0 without running anything.
+truncated completion), gives reward 0 without running anything. Thinking models: the block is looked
+for only after the thought, with the math reward's rule (reward.after_thought: after the last
+</think>; nothing when a <think> opened and never closed; the whole text when there is no thought),
+and with `thought_open` (the prompt ends inside a thought, R1-Distill's template) each completion is
+read as <think> + completion, as MathReward does: a program drafted inside the thought does not
+count, and a response cut off inside its thought scores 0. Peers: LiveCodeBench-style extraction as
+ROLL vendors it (`extract_code_generation`) also keeps only the text after the last </think>; it
+then falls back to the whole text when there is no fence, which the project does not.
 
 Test styles:
   stdin/stdout   the program reads `input` on stdin; its stdout must equal `output` after
@@ -58,6 +65,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from coding.sandbox import Limits, RunResult, run_python
+from reward import THINK_OPEN, after_thought
 from data import CodeDataError, load_code_problems, normalize_problem  # noqa: F401  (the problem schema lives in data.py)
 
 MODES = ("all_or_nothing", "strict", "soft")
@@ -71,7 +79,11 @@ PYTHON_TAGS = ("", "python", "python3", "py")
 
 
 def extract_code(completion: str) -> str | None:
-    """The last complete fenced block tagged python (or untagged); None when there is none."""
+    """The last complete fenced block tagged python (or untagged) after the thought; None when there is none (or a
+    thought never closes)."""
+    completion = after_thought(completion)
+    if completion is None:
+        return None
     blocks = [m.group(2) for m in _FENCE.finditer(completion) if m.group(1).lower() in PYTHON_TAGS]
     return blocks[-1] if blocks else None
 
@@ -237,10 +249,14 @@ class CodeReward:
     the scoring mode: a MiMo partial score is a shaped reward, not a correct program.
     """
 
-    def __init__(self, mode: str = "all_or_nothing", workers: int | None = None, weights: str = "equal"):
+    def __init__(self, mode: str = "all_or_nothing", workers: int | None = None, weights: str = "equal",
+                 thought_open: bool = False):
         self.fn = make_reward_fn(mode, workers, weights)
+        self.thought_open = thought_open  # the prompt opened a thought: each response is read as <think> + response
 
     def __call__(self, completions: list[str], problems: list[dict]):
+        if self.thought_open:
+            completions = [THINK_OPEN + c for c in completions]
         rewards = self.fn(completions, problems)
         return rewards, [r >= 1.0 - 1e-9 for r in rewards], {"reward/timeouts": 0}
 

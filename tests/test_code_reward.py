@@ -45,6 +45,27 @@ def test_extract_code(text, code):
     assert cr.extract_code(text) == code
 
 
+@pytest.mark.parametrize("text, code", [
+    ("<think>\n```python\nsketch\n```\n</think>\n\n```python\nfinal\n```", "final\n"),  # after the thought
+    ("<think>\n```python\nsketch\n```\n</think>\n\nno program after it", None),  # the thought's block is not read
+    ("<think>\n```python\nsketch\n```\nstill thinking", None),  # a thought that never closes: nothing
+    ("```python\nsketch\n```\n</think>\n```python\nfinal\n```", "final\n"),  # the prompt opened it (R1-Distill)
+    ("a\n</think>\nb\n</think>\n```python\nlast\n```", "last\n"),  # after the last </think>
+])
+def test_extract_code_reads_after_the_thought(text, code):
+    assert cr.extract_code(text) == code
+
+
+def test_code_reward_with_the_prompts_thought_open():
+    """thought_open (the prompt ends inside <think>): a response that never closes its thought scores 0 even when it
+    holds a correct program; one that closes it is graded on the program after </think>, as without the flag."""
+    right = completion("fib_mod", "correct")
+    unclosed, closed = right, "reasoning\n</think>\n" + right
+    probs = [PROBLEMS["fib_mod"]] * 2
+    assert cr.CodeReward("all_or_nothing", workers=2)([unclosed, closed], probs)[0] == [1.0, 1.0]
+    assert cr.CodeReward("all_or_nothing", workers=2, thought_open=True)([unclosed, closed], probs)[0] == [0.0, 1.0]
+
+
 def test_stdout_comparison_normalises_whitespace():
     assert cr.stdout_matches("1  2\t3 \n\n\n", "1 2 3")
     assert cr.stdout_matches("a\r\nb\r\n", "a\nb\n")

@@ -427,3 +427,28 @@ def test_code_bad_input_one_error_line(tmp_path, capsys):
     assert "code problems are written as .jsonl" in error_of("--data", "builtin-code", "--out", str(tmp_path / "o.parquet"))
     assert "--schema gsm8k is a math schema" in error_of("--data", "builtin-code", "--schema", "gsm8k", "--out", str(out))
     assert sorted(os.listdir(tmp_path)) == ["bad.jsonl"]  # nothing written
+
+
+def test_a_template_that_opens_the_thought_reads_the_answer_after_it(tmp_path):
+    """Graded with models/tiny-qwen2-think's template (its generation prompt opens <think>): a right answer after
+    </think> counts, the same answer in a thought that never closes does not (read as <think> + response, as in
+    training); a --chat-template-kwargs that is not a JSON object is one error line."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(os.path.join(os.path.dirname(FIX), "..", "models", "tiny-qwen2-think"))
+    exs = data.load_file(fx("problems.jsonl"))
+
+    class Thinker(Engine):
+        def generate(self, prompts, n, params):
+            assert all(p.endswith("<|im_start|>assistant\n<think>\n") for p in prompts)  # the template opened it
+            gold = [next(ex.answer for ex in exs if ex.prompt in p) for p in prompts]
+            return [[Completion([1], (f"{g}\n</think>\n\n\\boxed{{{g}}}" if k % 2 else f"so \\boxed{{{g}}}"), 1, False)
+                     for k in range(n)] for g in gold]
+
+    out = tmp_path / "graded.jsonl"
+    grade.main(["--data", fx("problems.jsonl"), "--samples", "4", "--out", str(out), "--quiet",
+                "--chat-template-kwargs", '{"unused_switch": true}'], engine=Thinker(), tokenizer=tok)
+    assert [r["pass_rate"] for r in read_jsonl(out)] == [0.5] * len(exs)  # only the closed thoughts' answers count
+    with pytest.raises(SystemExit, match="^error: --chat-template-kwargs: not JSON"):
+        grade.main(["--data", fx("problems.jsonl"), "--out", str(tmp_path / "x.jsonl"), "--chat-template-kwargs", "{"],
+                   engine=Thinker(), tokenizer=tok)

@@ -10,7 +10,9 @@
     python train.py --train-data graded.jsonl --reward code --recipe compass          # train on graded code
 
 Grading: N completions per problem (temperature 1.0) from the policy to be trained, with the project's own rollout
-engine (rollout.py) and reward (reward.py, math-verify). Each output row is the input row in the `plain` schema
+engine (rollout.py) and reward (reward.py, math-verify), reading each response as training does: a thinking model's
+answer after its last </think>, with the prompt's own <think> put in front when the template opens the thought
+(`--template`, `--system-prompt` and `--chat-template-kwargs` as train.py's). Each output row is the input row in the `plain` schema
 (prompt, answer, the original extra fields) plus
     pass_rate    c / N, c correct completions out of N (a verifier timeout counts as wrong)
     num_samples  N
@@ -229,7 +231,7 @@ def _read_progress(path: str, examples, header: dict) -> dict[int, Graded] | Non
 def grade(examples: list[data.Example], engine, tokenizer, reward_fn, samples: int, *,
           params: SamplingParams | None = None, batch_prompts: int = 64, seed: int = 0,
           progress_path: str | None = None, settings: dict | None = None, progress: bool = True,
-          kind: str = "math", template: str = "auto", system: str = "") -> list[Graded]:
+          kind: str = "math", template: str = "auto", system: str = "", template_kwargs: dict | None = None) -> list[Graded]:
     """Grade every example with `samples` completions from `engine`, scored by `reward_fn` -> (rewards, correct, m).
 
     Batch b holds examples [b * batch_prompts, (b + 1) * batch_prompts); the RNGs are seeded from (seed, b) before
@@ -269,7 +271,7 @@ def grade(examples: list[data.Example], engine, tokenizer, reward_fn, samples: i
             if all(i in done for i in idx):
                 continue
             exs = [examples[i] for i in idx]
-            prompts = [data.build_prompt(tokenizer, ex.prompt, kind, template, system) for ex in exs]
+            prompts = [data.build_prompt(tokenizer, ex.prompt, kind, template, system, template_kwargs) for ex in exs]
             with torch.random.fork_rng():  # the caller's RNG streams are left as they were
                 torch.manual_seed(batch_seed(seed, b))
                 state = random.getstate()
@@ -439,6 +441,8 @@ def build_parser():
     g.add_argument("--template", default="auto", choices=list(data.TEMPLATES), help="prompt template, as train.py "
                    "--template (default: auto)")
     g.add_argument("--system-prompt", default="", help="system prompt for the chat templates")
+    g.add_argument("--chat-template-kwargs", default="", help="JSON object of chat template switches, as train.py's, "
+                   "e.g. '{\"enable_thinking\": false}' (default: none)")
     g.add_argument("--stop", default="", help="stop strings, '||'-separated, as train.py --stop")
     g.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus top-p (default: 1.0)")
@@ -507,6 +511,7 @@ def cmd_grade(a, engine=None, tokenizer=None) -> list[dict]:
         a.max_new_tokens = 96 if kind == "code" else 64  # the tiny model's programs need ~96 tokens
     if a.samples < 1 or a.batch_prompts < 1 or a.max_new_tokens < 1:
         raise GradeError("--samples, --batch-prompts and --max-new-tokens must be >= 1")
+    tkw = data.parse_template_kwargs(a.chat_template_kwargs)
     exs, rows, locs = load_rows(a.data, n=a.n, seed=a.seed, split=a.split, schema=a.schema, kind=kind)
     graded = [loc for loc, r in zip(locs, rows) if any(k in r for k in GRADE_FIELDS)]
     if graded and not a.force:
@@ -531,18 +536,21 @@ def cmd_grade(a, engine=None, tokenizer=None) -> list[dict]:
         dtype = {"auto": torch.bfloat16 if torch.cuda.is_available() else torch.float32, "float32": torch.float32,
                  "bfloat16": torch.bfloat16}[a.dtype]
         model, tokenizer, engine_path = lora.load_any(model_name, dtype)  # a LoRA checkpoint: merged onto its base
-        data.check_template(tokenizer, a.template, kind)
+        data.check_template(tokenizer, a.template, kind, template_kwargs=tkw)
         model = model.to("cuda" if torch.cuda.is_available() else "cpu").eval().requires_grad_(False)
         engine = rollout.make_engine(a.rollout, model, tokenizer, model_path=engine_path, seed=a.seed,
                                      max_model_len=512 if not a.model else None)
+    # the prompt leaves a thought open (R1-Distill's template): each response is read as <think> + response, as in training
+    thought_open = data.opens_thought(tokenizer, kind, a.template, a.system_prompt, tkw)
     if kind == "code":  # Ring-lite / Skywork grade code all-or-nothing: correct = every test passes
         from coding.code_reward import CodeReward
 
-        reward_fn = CodeReward("all_or_nothing", workers=max(1, a.reward_workers))
+        reward_fn = CodeReward("all_or_nothing", workers=max(1, a.reward_workers), thought_open=thought_open)
     else:
         from reward import MathReward
 
-        reward_fn = MathReward(1.0, 0.0, a.reward_timeout, a.reward_workers if engine_built else 0)
+        reward_fn = MathReward(1.0, 0.0, a.reward_timeout, a.reward_workers if engine_built else 0,
+                               thought_open=thought_open)
     progress_path = a.out + ".partial.jsonl"
     import codecs
 
@@ -551,10 +559,12 @@ def cmd_grade(a, engine=None, tokenizer=None) -> list[dict]:
     settings = {"data": a.data, "reward": kind, "model": model_name or "(injected engine)", "rollout": a.rollout, "n": a.n}
     if a.template != "auto" or a.system_prompt or a.stop:  # (absent otherwise: earlier progress files still resume)
         settings.update(template=a.template, system_prompt=a.system_prompt, stop=a.stop)
+    if tkw:
+        settings.update(chat_template_kwargs=tkw)
     try:
         res = grade(exs, engine, tokenizer, reward_fn, a.samples, params=params, batch_prompts=a.batch_prompts,
                     seed=a.seed, progress_path=progress_path, settings=settings, progress=not a.quiet, kind=kind,
-                    template=a.template, system=a.system_prompt)
+                    template=a.template, system=a.system_prompt, template_kwargs=tkw)
     finally:
         reward_fn.close()
     prs = [g.pass_rate for g in res]

@@ -108,7 +108,7 @@ def make_reward(cfg: Config, reward: str, thought_open: bool = False):
     from coding.code_reward import CodeReward
 
     return CodeReward({"code": "all_or_nothing", "code-strict": "strict", "code-soft": "soft"}[reward],
-                      workers=max(1, cfg.reward_workers))
+                      workers=max(1, cfg.reward_workers), thought_open=thought_open)
 
 
 def make_tasks(cfg: Config, stages: list, sets: list, tok=None) -> list:
