@@ -19,9 +19,11 @@ random weights almost never sample an end token, so every row runs to the limit 
 
 The plan column: docs/memory.md's CPU-measured component costs at 1 and 2 layers (bench/memory.py --plan --ckpt
 --resp 64 --base-dtype bfloat16), extrapolated as bench/memory.py does (a + b x layers, + (T - T_cpu) x
-(layers x hidden x 2 B + hidden x 47 B) for the extra tokens), with T = micro x (prompt + R), + 4 B per parameter
-for full fine-tuning (AdamW's foreach temporaries, bench/memory.py FOREACH_ADAMW_B). The plan's
-separate +1.5 GB (CUDA context and allocator slack) is not in it; compare it with `reserved - peak` + `context`.
+(layers x hidden x 2 B + hidden x 47 B) for the extra tokens), with T = micro x (prompt + R); for full fine-tuning
+at least 20 B per parameter (AdamW's foreach step, bench/memory.py FOREACH_ADAMW_B). The plan's separate +1.5 GB
+(CUDA context and allocator slack) is not in it: `context` is the CUDA context measured at the start, `reserved` the
+allocator's peak reservation over the update (its cache emptied before it). Generation runs before the first update,
+so for full fine-tuning its peak has no AdamW states yet (train.py's rollouts after step 1 hold them: + 8 B/param).
 Prints figures; asserts nothing.
 """
 from __future__ import annotations
@@ -60,7 +62,8 @@ def plan_gb(size: str, mode: str, tokens: int, doc=os.path.join(ROOT, "docs", "m
     h, _, L, *_ = QWEN25[size]
     slope = rows[2] - rows[1]
     gb = (rows[2] + slope * (L - 2) + (tokens - t_cpu) * (L * h * 2 + h * 47) / 2**20) / 1024
-    return gb + (FOREACH_ADAMW_B * n_params(size) / 2**30 if mode == "full" else 0)  # AdamW's foreach temporaries
+    step = (16 + FOREACH_ADAMW_B) * n_params(size) / 2**30  # full fine-tuning: AdamW's foreach step, if larger
+    return max(gb, step) if mode == "full" else gb
 
 
 def build(size: str, mode: str, layers: int, device: str):
@@ -157,9 +160,9 @@ def main():
     for size in a.sizes.split(","):
         for mode in a.modes.split(","):
             L = a.layers or QWEN25[size][2]
-            if mode == "full" and total and n_params(size, L) * 16 > 0.9 * total:
-                print(f"| Qwen2.5-{size} | {mode} | {L} | not run: {n_params(size, L) * 16 / GB:.0f} GiB of fp32 weights "
-                      f"+ gradients + AdamW > 90% of the GPU | | | | | | | | | | |", flush=True)
+            if mode == "full" and total and n_params(size, L) * (16 + FOREACH_ADAMW_B) > 0.9 * total:
+                print(f"| Qwen2.5-{size} | {mode} | {L} | not run: {n_params(size, L) * 20 / GB:.0f} GiB of fp32 weights "
+                      f"+ gradients + AdamW and its step > 90% of the GPU | | | | | | | | | | |", flush=True)
                 continue
             model = build(size, mode, a.layers, dev)
             params = [p for p in model.parameters() if p.requires_grad]
@@ -179,6 +182,7 @@ def main():
                     update(model, opt, a.micro, a.prompt, resp, dev, g)  # warm-up (and AdamW's states)
                     sync(dev)
                     if dev == "cuda":
+                        torch.cuda.empty_cache()  # `reserved` then counts what this update reserves, not older caches
                         torch.cuda.reset_peak_memory_stats()
                     t0 = time.perf_counter()
                     update(model, opt, a.micro, a.prompt, resp, dev, g)

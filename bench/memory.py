@@ -209,9 +209,10 @@ def plan(a):
 
 # torch's AdamW on CUDA defaults to its foreach implementation, whose step holds sqrt(v) for every parameter at once
 # (torch._foreach_sqrt: one fp32 tensor per parameter) on top of weights, gradients and both moments; on the CPU it
-# loops over the tensors (one parameter's temporary at a time), so the CPU measurements above miss it. Measured on an
-# H100 (bench/gpu.py, docs/memory.md): full fine-tuning's peak is the optimizer step, 20 B per parameter, at 1,024 and
-# 4,096 response tokens alike.
+# loops over the tensors (temporaries for one tensor at a time), so the CPU measurements above miss most of it.
+# Measured on an H100 (bench/gpu.py, docs/memory.md): full fine-tuning's peak is that step, 20 B per parameter (+ <0.1
+# GiB), at 1,024 and 4,096 response tokens alike; the activations, freed before the step, stay below it. The plan's
+# full fine-tuning row is the larger of the two: the update's (CPU-extrapolated) peak and the step's 20 B/param.
 FOREACH_ADAMW_B = 4
 
 
@@ -222,7 +223,7 @@ def fits(a, rows, d1, d2):
     (T - T_measured) x (L x h x 2 B + h x 47 B): with gradient checkpointing one bf16 hidden state per layer and token,
     plus one layer's full activations (~47 B per token and hidden unit in bf16, docs/multi_gpu.md's measured ~93 B in
     fp32). Full fine-tuning where it was not measured: 16 B per parameter + the 1.5B row's non-weight costs scaled by
-    hidden size; full fine-tuning + 4 B per parameter on a GPU (FOREACH_ADAMW_B). vLLM (bf16): weights 2 B per parameter + the KV cache, 2 (K, V) x layers x kv heads x head dim x 2 B
+    hidden size; full fine-tuning at least 20 B per parameter on a GPU (AdamW's step, FOREACH_ADAMW_B). vLLM (bf16): weights 2 B per parameter + the KV cache, 2 (K, V) x layers x kv heads x head dim x 2 B
     per token, for --plan-kv-tokens tokens in flight. "No vLLM": the fast / hf engine generating from the training
     model (its KV cache for the rollout batch comes on top at generation time, when no update runs). A GPU fits when trainer + vLLM + 1.5 GB (CUDA context, allocator
     slack; an estimate) <= its memory; vLLM's --vllm-gpu-memory-utilization is then (vLLM + 0.5 GB) / GPU."""
@@ -258,9 +259,9 @@ def fits(a, rows, d1, d2):
                 origin = "16 B/param + the 1.5B row's activations scaled by h (computed)"
             else:
                 continue
-            if mode == "full" and (size, mode) not in gpu_rows:  # + AdamW's foreach temporaries on a GPU (not on the CPU, where AdamW loops per tensor)
-                trainer += FOREACH_ADAMW_B * n_params(size) / 2**30
-                origin += f", + {FOREACH_ADAMW_B} B/param (GPU AdamW)"
+            step = (16 + FOREACH_ADAMW_B) * n_params(size) / 2**30  # full fine-tuning's optimizer step on a GPU
+            if mode == "full" and (size, mode) not in gpu_rows and step > trainer:
+                trainer, origin = step, f"{16 + FOREACH_ADAMW_B} B/param: AdamW's step on a GPU (> {origin})"
             # QLoRA: 4-bit weights cannot be merged exactly, so vLLM keeps its own bf16 base and receives the adapter
             # alone (--lora-vllm-sync adapter): the same vLLM share as the other modes
             vllm_txt, v = (f"{vllm:.1f} (adapter sync)" if mode == "qlora" else f"{vllm:.1f}"), vllm

@@ -19,14 +19,17 @@ strict == all_or_nothing and soft == fraction of tests passed.
 
 Program extraction: the LAST fenced block tagged python/py/python3 or untagged (a final answer
 usually comes after any sketches in the reasoning). No such block, or an unterminated one (a
-truncated completion), gives reward 0 without running anything. Thinking models: the block is looked
-for only after the thought, with the math reward's rule (reward.after_thought: after the last
-</think>; nothing when a <think> opened and never closed; the whole text when there is no thought),
-and with `thought_open` (the prompt ends inside a thought, R1-Distill's template) each completion is
-read as <think> + completion, as MathReward does: a program drafted inside the thought does not
-count, and a response cut off inside its thought scores 0. Peers: LiveCodeBench-style extraction as
-ROLL vendors it (`extract_code_generation`) also keeps only the text after the last </think>; it
-then falls back to the whole text when there is no fence, which the project does not.
+truncated completion), gives reward 0 without running anything. Thinking models: a response that
+opens with <think> (Qwen3's; with `thought_open`, the prompt ends inside a thought, R1-Distill's
+template, and each completion is read as <think> + completion, as MathReward does) is searched only
+after its thought: a program drafted inside the thought does not count, and a response cut off
+inside its thought scores 0. The thought ends at the FIRST </think>, where the math reward takes the
+last (reward.after_thought): a program may hold the text "</think>" (a parser, a template), and the
+last block after the first close is the final program also when a model closes twice. A response
+that does not open with <think> is searched whole, tags in its programs and all. Peers:
+LiveCodeBench-style extraction as ROLL vendors it (`extract_code_generation`) keeps the text after
+the last </think> of any response, then falls back to the whole text when there is no fence, which
+the project does not.
 
 Test styles:
   stdin/stdout   the program reads `input` on stdin; its stdout must equal `output` after
@@ -65,7 +68,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from coding.sandbox import Limits, RunResult, run_python
-from reward import THINK_OPEN, after_thought
+from reward import THINK_OPEN
 from data import CodeDataError, load_code_problems, normalize_problem  # noqa: F401  (the problem schema lives in data.py)
 
 MODES = ("all_or_nothing", "strict", "soft")
@@ -79,11 +82,12 @@ PYTHON_TAGS = ("", "python", "python3", "py")
 
 
 def extract_code(completion: str) -> str | None:
-    """The last complete fenced block tagged python (or untagged) after the thought; None when there is none (or a
-    thought never closes)."""
-    completion = after_thought(completion)
-    if completion is None:
-        return None
+    """The last complete fenced block tagged python (or untagged), after the thought of a response that opens with
+    <think>; None when there is none (or that thought never closes)."""
+    if completion.lstrip().startswith(THINK_OPEN):
+        head, closed, completion = completion.partition("</think>")
+        if not closed:
+            return None
     blocks = [m.group(2) for m in _FENCE.finditer(completion) if m.group(1).lower() in PYTHON_TAGS]
     return blocks[-1] if blocks else None
 

@@ -5,14 +5,14 @@
 #   bash examples/qwen2.5-math-7b-dapo-8gpu.sh            # any train.py flag appended wins
 #
 # Hardware: 8 x 80 GB GPUs, one process each (accelerate launch --multi_gpu). Why LoRA and DDP: full fine-tuning of
-#   7B needs ~147 GB of weights, gradients, AdamW states and AdamW's step (docs/memory.md), so it must be sharded (--fsdp), and
+#   7B needs ~142 GB at AdamW's step (weights, gradients, AdamW states and its temporary: 20 B/param; docs/memory.md), so it must be sharded (--fsdp), and
 #   FSDP here cannot run DAPO's dynamic sampling (docs/multi_gpu.md); with LoRA each GPU holds the frozen bf16 base and
 #   the adapters, and every DAPO technique stays on. Full fine-tuning without dynamic sampling instead:
 #   --lora-rank 0 --fsdp --no-dynamic-sampling --lr 1e-6.
-# Memory per GPU (docs/memory.md "Measured on a GPU"; this script has not run on a GPU): trainer 16.2 GB measured on
-#   one H100 (Qwen2.5-7B shapes, random weights, LoRA r 16, gradient checkpointing, 2,560 tokens per micro-batch;
-#   19.6 GB at 8,704) + ~0.6 GB for r 32's larger adapters and their AdamW states (computed) + 1.5 GB CUDA context +
-#   vLLM's share 0.4 x 80 GB (15 GB of bf16 weights + KV cache) = ~50 GB.
+# Memory per GPU (docs/memory.md "Measured on a GPU"; this script has not run on a GPU): trainer 19.6 GB measured on
+#   one H100 (Qwen2.5-7B shapes, random weights, LoRA r 16, gradient checkpointing, 8,704 tokens per micro-batch, near
+#   this script's 8,192) + ~0.8 GB for r 32's larger adapters (40M more parameters x 20 B, computed) + 1.5 GB CUDA
+#   context + vLLM's share 0.4 x 80 GB (15 GB of bf16 weights + KV cache) = ~54 GB.
 # Time per step: not measured (no GPU has run this script; an H100 timed one update of its shapes, docs/memory.md).
 # Recipe: DAPO (train.py --recipe dapo), its template and reward (--template dapo --reward math-dapo: the answer on an
 #   "Answer:" last line), group size 16 as in the paper, lengths cut to the model's 4,096-token context; lr 1e-5 for

@@ -22,7 +22,7 @@
 #   Batch: --batch-size 2048 responses = 128 prompts x 16, i.e. 8 prompts a process on 2 x 8 GPUs (the step's
 #   prompts must divide by the process count).
 # Resume after a failure (a node lost, the job's time limit): sbatch the same script with --resume auto.
-# Time per step and memory: not measured (no GPU has run this); memory per GPU as the 8-GPU script (~50 GB).
+# Time per step and memory: not measured (no GPU has run this); memory per GPU as the 8-GPU script (~54 GB).
 # Rehearsed on CPU with stub srun / scontrol: two "nodes" on localhost (tests/test_multinode.py).
 #SBATCH --job-name=grpo-recipes
 #SBATCH --nodes=2

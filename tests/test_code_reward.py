@@ -49,8 +49,10 @@ def test_extract_code(text, code):
     ("<think>\n```python\nsketch\n```\n</think>\n\n```python\nfinal\n```", "final\n"),  # after the thought
     ("<think>\n```python\nsketch\n```\n</think>\n\nno program after it", None),  # the thought's block is not read
     ("<think>\n```python\nsketch\n```\nstill thinking", None),  # a thought that never closes: nothing
-    ("```python\nsketch\n```\n</think>\n```python\nfinal\n```", "final\n"),  # the prompt opened it (R1-Distill)
-    ("a\n</think>\nb\n</think>\n```python\nlast\n```", "last\n"),  # after the last </think>
+    ("<think>a\n</think>\nb\n</think>\n```python\nlast\n```", "last\n"),  # closed twice: the last block
+    ("<think>a</think>\n```python\nprint('</think>')\n```", "print('</think>')\n"),  # the tag inside the program
+    ("```python\nprint('<think>')\n```", "print('<think>')\n"),  # no thought opened: read whole, tags and all
+    ("```python\nsketch\n```\n</think>\n```python\nfinal\n```", "final\n"),  # no <think>: the last block
 ])
 def test_extract_code_reads_after_the_thought(text, code):
     assert cr.extract_code(text) == code

@@ -446,8 +446,8 @@ def test_a_template_that_opens_the_thought_reads_the_answer_after_it(tmp_path):
                      for k in range(n)] for g in gold]
 
     out = tmp_path / "graded.jsonl"
-    grade.main(["--data", fx("problems.jsonl"), "--samples", "4", "--out", str(out), "--quiet",
-                "--chat-template-kwargs", '{"unused_switch": true}'], engine=Thinker(), tokenizer=tok)
+    grade.main(["--data", fx("problems.jsonl"), "--samples", "4", "--out", str(out), "--quiet"], engine=Thinker(),
+               tokenizer=tok)
     assert [r["pass_rate"] for r in read_jsonl(out)] == [0.5] * len(exs)  # only the closed thoughts' answers count
     with pytest.raises(SystemExit, match="^error: --chat-template-kwargs: not JSON"):
         grade.main(["--data", fx("problems.jsonl"), "--out", str(tmp_path / "x.jsonl"), "--chat-template-kwargs", "{"],

@@ -293,7 +293,7 @@ def test_plan_in_docs_is_the_commands_output():
     assert "\n".join(table) in doc
 
 
-def test_plan_takes_gpu_rows_at_the_plans_micro_batch_and_adds_adamw_step_elsewhere():
+def test_plan_takes_gpu_rows_at_the_plans_micro_batch_and_counts_adamws_step_elsewhere():
     import sys
 
     sys.path.insert(0, f"{ROOT}/bench")
@@ -302,24 +302,28 @@ def test_plan_takes_gpu_rows_at_the_plans_micro_batch_and_adds_adamw_step_elsewh
 
     _, cpu = _plan_rows()
     _, with_gpu = _plan_rows(["--gpu-measured", "bench/results/gpu_h100.md"])
-    measured = {}  # bench/gpu.py's rows at R = 1,024 (the plan's 2 x (256 + 1,024) tokens)
+    measured = {}  # (size, mode, R) -> bench/gpu.py's update peak on the H100
     for line in open(f"{ROOT}/bench/results/gpu_h100.md"):
         c = [x.strip() for x in line.strip().strip("|").split("|")]
-        if len(c) == 14 and c[0].startswith("Qwen2.5-") and c[5] == "1024":
-            measured[(c[0][len("Qwen2.5-"):], c[1])] = float(c[6])
-    assert {("0.5B", "full"), ("1.5B", "lora"), ("7B", "lora")} <= set(measured)
-    for key, row in with_gpu.items():
-        if key in measured:
-            assert row[3].startswith("measured on a GPU") and float(row[2]) == round(measured[key], 1)
+        if len(c) == 14 and c[0].startswith("Qwen2.5-") and c[5].isdigit():
+            measured[(c[0][len("Qwen2.5-"):], c[1], int(c[5]))] = float(c[6])
+    assert {("0.5B", "full", 1024), ("1.5B", "lora", 4096), ("7B", "lora", 1024)} <= set(measured)
+    for key, row in with_gpu.items():  # at the plan's micro-batch, 2 x (256 + 1,024) tokens, the measurement itself
+        if key + (1024,) in measured:
+            assert row[3].startswith("measured on a GPU") and float(row[2]) == round(measured[key + (1024,)], 1)
         else:  # unchanged: the CPU extrapolation
             assert row[2:4] == cpu[key][2:4]
     for (size, mode), row in cpu.items():  # bench/gpu.py's plan column is the same formula as the plan
         if "extrapolated" in row[3]:
             assert round(gpu.plan_gb(size, mode, 2 * (256 + 1024)), 1) == float(row[2]), (size, mode)
-        if mode == "full":  # + 4 B per parameter: AdamW's foreach step on a GPU
-            assert "+ 4 B/param (GPU AdamW)" in row[3]
-    full_15 = float(cpu[("1.5B", "full")][2])
-    assert abs(full_15 - measured[("1.5B", "full")]) / measured[("1.5B", "full")] < 0.15  # the correction holds
+        if mode == "full":  # a GPU's full fine-tuning: at least AdamW's foreach step, 20 B per parameter
+            assert "AdamW's step" in row[3] and float(row[2]) >= round(20 * memory.n_params(size) / 2**30, 1) - 0.05
+    for (size, mode, R), peak in measured.items():  # the corrected plan against every H100 row
+        plan = gpu.plan_gb(size, mode, 2 * (256 + R))
+        if mode == "full":
+            assert abs(plan - peak) / peak < 0.05, (size, R, plan, peak)
+        else:  # LoRA: the CPU extrapolation errs high (1.5B: by a quarter, docs/memory.md), never low by > 5%
+            assert plan >= 0.95 * peak, (size, R, plan, peak)
     assert memory.FOREACH_ADAMW_B == 4
 
 

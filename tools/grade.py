@@ -11,7 +11,7 @@
 
 Grading: N completions per problem (temperature 1.0) from the policy to be trained, with the project's own rollout
 engine (rollout.py) and reward (reward.py, math-verify), reading each response as training does: a thinking model's
-answer after its last </think>, with the prompt's own <think> put in front when the template opens the thought
+answer after its thought (reward.py; coding/code_reward.py for programs), with the prompt's own <think> put in front when the template opens the thought
 (`--template`, `--system-prompt` and `--chat-template-kwargs` as train.py's). Each output row is the input row in the `plain` schema
 (prompt, answer, the original extra fields) plus
     pass_rate    c / N, c correct completions out of N (a verifier timeout counts as wrong)
