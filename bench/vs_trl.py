@@ -52,6 +52,8 @@ def digest(pairs) -> str:
 def run_project(a, model_path: str) -> dict:
     import torch
 
+    from accelerate import PartialState
+
     import train
     from trainer import distributed
 
@@ -71,7 +73,7 @@ def run_project(a, model_path: str) -> dict:
         "lr_per_step": [r["perf/lr"] for r in hist], "loss": {"token-mean": "token-mean"}[cfg["loss_agg"]],
         "updates_per_step": [r["policy/updates"] for r in hist], "beta": cfg["kl_coef"], "clip": [cfg["clip_low"], cfg["clip_high"]],
         "grad_clip": cfg["grad_clip"], "threads": torch.get_num_threads(),
-        "device": "cuda" if torch.cuda.is_available() else "cpu", "precision": distributed.precision(types.SimpleNamespace(**cfg)),
+        "device": PartialState().device.type, "precision": distributed.precision(types.SimpleNamespace(**cfg)),  # as train.py's Accelerator
         "sampling": {"temperature": cfg["temperature"], "top_p": cfg["top_p"], "top_k": 0, "repetition_penalty": 1.0},
     }
     return {"settings": settings, "step_s": [r["perf/step_time_s"] for r in hist],
