@@ -68,10 +68,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from coding.sandbox import Limits, RunResult, run_python
-from reward import THINK_OPEN
 from data import CodeDataError, load_code_problems, normalize_problem  # noqa: F401  (the problem schema lives in data.py)
 
 MODES = ("all_or_nothing", "strict", "soft")
+THINK_OPEN = "<think>"  # the thought's opening tag, as reward.THINK_OPEN (rewards import no reward module but data's)
 DEFAULT_TIME_LIMIT = 4.0  # seconds per test when the problem gives no time_limit
 
 
