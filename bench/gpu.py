@@ -42,28 +42,22 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import grpo  # noqa: E402
-from memory import FOREACH_ADAMW_B, QWEN25, VOCAB, n_params  # noqa: E402
+from memory import FOREACH_ADAMW_B, QWEN25, VOCAB, adamw_step_gb, extrapolated_gb, n_params, read_measured  # noqa: E402
 from trainer import batches, logprobs  # noqa: E402
 
 GB = 2**30
 
 
 def plan_gb(size: str, mode: str, tokens: int, doc=os.path.join(ROOT, "docs", "memory.md")) -> float | None:
-    """docs/memory.md's trainer GB for `tokens` tokens per micro-batch (None: the size/mode has no CPU rows)."""
-    rows = {}
-    for line in open(doc):
-        c = [x.strip() for x in line.strip().strip("|").split("|")]
-        if len(c) == 8 and c[0] == size and c[1] == mode and c[2].isdigit():
-            rows[int(c[2])] = float(c[5])
-    if set(rows) != {1, 2}:
+    """docs/memory.md's trainer GB for `tokens` tokens per micro-batch, as bench/memory.py --plan computes it from the
+    CPU table there (None: the size/mode has no CPU rows)."""
+    rows = read_measured(doc, 1, 2)
+    if (size, mode) not in rows:
         return None
     m = re.search(r"--plan --ckpt --resp (\d+)", open(doc).read())
     t_cpu = 2 * (64 + int(m.group(1)))  # bench/memory.py's defaults: micro-batch 2, prompt 64
-    h, _, L, *_ = QWEN25[size]
-    slope = rows[2] - rows[1]
-    gb = (rows[2] + slope * (L - 2) + (tokens - t_cpu) * (L * h * 2 + h * 47) / 2**20) / 1024
-    step = (16 + FOREACH_ADAMW_B) * n_params(size) / 2**30  # full fine-tuning: AdamW's foreach step, if larger
-    return max(gb, step) if mode == "full" else gb
+    gb = extrapolated_gb(size, *rows[(size, mode)], 1, 2, tokens, t_cpu)
+    return max(gb, adamw_step_gb(size)) if mode == "full" else gb  # full fine-tuning: AdamW's step, if larger
 
 
 def build(size: str, mode: str, layers: int, device: str):
@@ -161,7 +155,7 @@ def main():
         for mode in a.modes.split(","):
             L = a.layers or QWEN25[size][2]
             if mode == "full" and total and n_params(size, L) * (16 + FOREACH_ADAMW_B) > 0.9 * total:
-                print(f"| Qwen2.5-{size} | {mode} | {L} | not run: {n_params(size, L) * 20 / GB:.0f} GiB of fp32 weights "
+                print(f"| Qwen2.5-{size} | {mode} | {L} | not run: {n_params(size, L) * (16 + FOREACH_ADAMW_B) / GB:.0f} GiB of fp32 weights "
                       f"+ gradients + AdamW and its step > 90% of the GPU | | | | | | | | | | |", flush=True)
                 continue
             model = build(size, mode, a.layers, dev)

@@ -176,11 +176,7 @@ def plan(a):
     d1, d2 = (int(x) for x in a.depths.split(","))
     rows = {}  # (size, mode) -> (total MB at d1, total MB at d2)
     if a.measured:
-        for line in open(a.measured):
-            c = [x.strip() for x in line.strip().strip("|").split("|")]
-            if len(c) == 8 and c[0] in QWEN25 and c[2].isdigit():
-                rows.setdefault((c[0], c[1]), {})[int(c[2])] = float(c[5])
-        rows = {k: (v[d1], v[d2]) for k, v in rows.items() if d1 in v and d2 in v}
+        rows = read_measured(a.measured, d1, d2)
     else:
         print(f"micro-batch {a.micro} x ({a.prompt} + {a.resp}) tokens, gradient checkpointing {'on' if a.ckpt else 'off'}, "
               f"chunk {a.chunk}, LoRA r {a.rank}, frozen base {a.base_dtype}; depths {a.depths}; load {os.getloadavg()[0]:.2f}")
@@ -207,6 +203,29 @@ def plan(a):
     fits(a, rows, d1, d2)
 
 
+def read_measured(path: str, d1: int, d2: int) -> dict:
+    """The component-cost table of a previous --plan run (any file holding it: docs/memory.md does):
+    (size, mode) -> (total MB at depth d1, at depth d2)."""
+    rows = {}
+    for line in open(path):
+        c = [x.strip() for x in line.strip().strip("|").split("|")]
+        if len(c) == 8 and c[0] in QWEN25 and c[2].isdigit():
+            rows.setdefault((c[0], c[1]), {})[int(c[2])] = float(c[5])
+    return {k: (v[d1], v[d2]) for k, v in rows.items() if d1 in v and d2 in v}
+
+
+def extrapolated_gb(size: str, t1: float, t2: float, d1: int, d2: int, tokens: int, tokens_measured: int) -> float:
+    """Trainer GiB at full depth and `tokens` per micro-batch from the totals (MB) measured at depths d1 and d2 with
+    `tokens_measured`: a + b x layers, + (tokens - tokens_measured) x (layers x h x 2 B + h x 47 B) (fits' docstring)."""
+    h, _, L, *_ = QWEN25[size]
+    return (t2 + (t2 - t1) / (d2 - d1) * (L - d2) + (tokens - tokens_measured) * (L * h * 2 + h * 47) / 2**20) / 1024
+
+
+def adamw_step_gb(size: str) -> float:
+    """Full fine-tuning's peak at AdamW's step on a GPU: weights, gradients, both moments and the step's temporary."""
+    return (16 + FOREACH_ADAMW_B) * n_params(size) / 2**30
+
+
 # torch's AdamW on CUDA defaults to its foreach implementation, whose step holds sqrt(v) for every parameter at once
 # (torch._foreach_sqrt: one fp32 tensor per parameter) on top of weights, gradients and both moments; on the CPU it
 # loops over the tensors (temporaries for one tensor at a time), so the CPU measurements above miss most of it.
@@ -223,8 +242,8 @@ def fits(a, rows, d1, d2):
     (T - T_measured) x (L x h x 2 B + h x 47 B): with gradient checkpointing one bf16 hidden state per layer and token,
     plus one layer's full activations (~47 B per token and hidden unit in bf16, docs/multi_gpu.md's measured ~93 B in
     fp32). Full fine-tuning where it was not measured: 16 B per parameter + the 1.5B row's non-weight costs scaled by
-    hidden size; full fine-tuning at least 20 B per parameter on a GPU (AdamW's step, FOREACH_ADAMW_B). vLLM (bf16): weights 2 B per parameter + the KV cache, 2 (K, V) x layers x kv heads x head dim x 2 B
-    per token, for --plan-kv-tokens tokens in flight. "No vLLM": the fast / hf engine generating from the training
+    hidden size; full fine-tuning at least 20 B per parameter on a GPU (AdamW's step, FOREACH_ADAMW_B). vLLM (bf16):
+    weights 2 B per parameter + the KV cache, 2 (K, V) x layers x kv heads x head dim x 2 B per token, for --plan-kv-tokens tokens in flight. "No vLLM": the fast / hf engine generating from the training
     model (its KV cache for the rollout batch comes on top at generation time, when no update runs). A GPU fits when trainer + vLLM + 1.5 GB (CUDA context, allocator
     slack; an estimate) <= its memory; vLLM's --vllm-gpu-memory-utilization is then (vLLM + 0.5 GB) / GPU."""
     T_meas, T = a.micro * (a.prompt + a.resp), a.plan_micro * (a.plan_prompt + a.plan_resp)
@@ -249,8 +268,7 @@ def fits(a, rows, d1, d2):
             if (size, mode) in gpu_rows:
                 trainer, origin = gpu_rows[(size, mode)], f"measured on a GPU ({os.path.basename(a.gpu_measured)})"
             elif (size, mode) in rows:
-                t1, t2 = rows[(size, mode)]
-                trainer = (t2 + (t2 - t1) / (d2 - d1) * (L - d2) + extra) / 1024
+                trainer = extrapolated_gb(size, *rows[(size, mode)], d1, d2, T, T_meas)
                 origin = f"measured on CPU at {d1}-{d2} layers, extrapolated"
             elif mode == "full" and ("1.5B", "full") in rows:
                 t1, t2 = rows[("1.5B", "full")]
@@ -259,7 +277,7 @@ def fits(a, rows, d1, d2):
                 origin = "16 B/param + the 1.5B row's activations scaled by h (computed)"
             else:
                 continue
-            step = (16 + FOREACH_ADAMW_B) * n_params(size) / 2**30  # full fine-tuning's optimizer step on a GPU
+            step = adamw_step_gb(size)  # full fine-tuning's optimizer step on a GPU
             if mode == "full" and (size, mode) not in gpu_rows and step > trainer:
                 trainer, origin = step, f"{16 + FOREACH_ADAMW_B} B/param: AdamW's step on a GPU (> {origin})"
             # QLoRA: 4-bit weights cannot be merged exactly, so vLLM keeps its own bf16 base and receives the adapter

@@ -85,7 +85,7 @@ def extract_code(completion: str) -> str | None:
     """The last complete fenced block tagged python (or untagged), after the thought of a response that opens with
     <think>; None when there is none (or that thought never closes)."""
     if completion.lstrip().startswith(THINK_OPEN):
-        head, closed, completion = completion.partition("</think>")
+        _, closed, completion = completion.partition("</think>")
         if not closed:
             return None
     blocks = [m.group(2) for m in _FENCE.finditer(completion) if m.group(1).lower() in PYTHON_TAGS]

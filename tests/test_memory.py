@@ -271,7 +271,7 @@ def test_bad_flags_are_one_error_line():
 
 # ---------------------------------------------------------------------------------------------------------------
 # The memory plan (bench/memory.py --plan) and the GPU measurement that corrects it (bench/gpu.py)
-ROOT = __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLAN = ["bench/memory.py", "--plan", "--ckpt", "--resp", "64", "--measured", "docs/memory.md"]
 
 
