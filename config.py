@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -88,8 +89,54 @@ def flag(group: str, default, help: str, choices: tuple | None = None, check=Non
     return field(default=default, metadata={"group": group, "help": help, "choices": choices, "check": check})
 
 
+# The values a flag may take. Each check returns what is wrong with a value (falsy when nothing is); every float flag
+# must also be finite (Config.validate, number()). evaluate.py and the tools use the same checks through number().
 def at_least(lo, note: str = ""):
-    return lambda v: v < lo and f"must be >= {lo}{' ' + note if note else ''}, got {v}"
+    return lambda v: not v >= lo and f"must be >= {lo}{' ' + note if note else ''}, got {v}"
+
+
+def above(lo, note: str = ""):
+    return lambda v: not v > lo and f"must be > {lo}{' ' + note if note else ''}, got {v}"
+
+
+def within(lo, hi, low_open: bool = False, high_open: bool = False, note: str = ""):
+    """lo <= v <= hi, either end open."""
+    def check(v):
+        ok = (v > lo if low_open else v >= lo) and (v < hi if high_open else v <= hi)
+        span = f"{'(' if low_open else '['}{lo}, {hi}{')' if high_open else ']'}"
+        return not ok and f"must be in {span}{' ' + note if note else ''}, got {v}"
+    return check
+
+
+PROBABILITY = within(0, 1, low_open=True)  # top-p and shares of memory: 0 < p <= 1
+TEMPERATURE = above(0, "(a temperature of 0 is greedy decoding: every sample of a group would be the same, every "
+                       "advantage 0 and nothing learned; for a greedy evaluation use --eval-samples 0)")
+
+
+def number(typ, check=None):
+    """An argparse `type`: the text parsed as `typ`, finite, and passing `check`; a bad value is argparse's one error
+    line (data.ArgParser), before anything runs. For the scripts whose flags are not Config fields."""
+    import math
+
+    def parse(text: str):
+        v = typ(text)
+        msg = (typ is float and not math.isfinite(v) and f"must be a finite number, got {v}") or (check and check(v))
+        if msg:
+            raise argparse.ArgumentTypeError(msg)
+        return v
+    parse.__name__ = typ.__name__  # argparse's "invalid int value" for text that is not a number
+    return parse
+
+
+def not_a_file(v: str):
+    return os.path.isfile(v) and f"{v} is a file, not a directory"
+
+
+def vllm_installed(v: str):
+    import importlib.util
+
+    return v == "vllm" and importlib.util.find_spec("vllm") is None and \
+        "the vllm package is not installed (GPU: pip install -e '.[gpu]'; CPU: pip install -e '.[vllm]')"
 
 
 def tracker_installed(name: str):
@@ -102,7 +149,7 @@ def tracker_installed(name: str):
 @dataclass
 class Config:
     # --- model and data ---
-    model: str = flag(DATA, "", "model path or hub name; empty = the built-in tiny Qwen2 (built offline and cached on first use)")
+    model: str = flag(DATA, "", "model path or hub name; empty = the shipped tiny Qwen2 (models/tiny-qwen2)")
     train_data: str = flag(DATA, "builtin", "'builtin' (the built-in task of the reward's kind: math, or with a code reward code), "
                                             "'builtin-math', 'builtin-code', or a .jsonl/.json/.parquet file or hub dataset name")
     eval_data: str = flag(DATA, "builtin", "'builtin' (held-out split of the built-in task of the reward's kind), 'builtin-math', "
@@ -121,14 +168,17 @@ class Config:
                                                "A prompt that leaves a thought open (R1-Distill's <think>) makes a response "
                                                "without </think> a format error (reward.py, Thoughts)",
                                      check=lambda v: data.parse_template_kwargs(v) and None)  # a JSON object, or one error line
-    stop: str = flag(DATA, "", "stop strings, '||'-separated, backslash escapes read (e.g. '</answer>||\\nUser:'): a response ends "
+    stop: str = flag(DATA, "", "stop strings, '||'-separated, the escapes \\n \\t \\r \\\\ read (e.g. '</answer>||\\nUser:'; '\\boxed' stays "
+                               "as typed): a response ends "
                                "right after the token that completes one, the string kept. Stop tokens need no flag: the "
                                "tokenizer's EOS, the model's generation_config EOS list and the chat template's end of turn")
     # --- run directory, checkpoints, resume ---
-    output_dir: str = flag(RUN, "runs/default", "run directory (metrics, curves, samples, checkpoints, summary)")
+    output_dir: str = flag(RUN, "runs/default", "run directory (metrics, curves, samples, checkpoints, summary)",
+                           check=not_a_file)
     max_steps: int = flag(RUN, 40, "number of RL steps (one step = one rollout batch)",
                           check=at_least(1))
-    seed: int = flag(RUN, 0, "seed for data order, sampling and initialisation: same seed, same run")
+    seed: int = flag(RUN, 0, "seed for data order, sampling and initialisation: same seed, same run",
+                     check=at_least(0))
     save_every: int = flag(RUN, 20, "checkpoint every N steps and at the end (0 = only at the end); Ctrl-C loses the steps since the last",
                            check=at_least(0))
     keep_checkpoints: int = flag(RUN, 2, "keep the newest N checkpoints (0 = all)",
@@ -142,7 +192,8 @@ class Config:
     rollout: str = flag(ROLLOUT, "fast", "generation engine: 'fast' (rollout.FastEngine: transformers' forward in a plain decode loop, the "
                                          "samples of 'hf' token for token, ~4x faster on the tiny model), 'hf' (transformers generate, the reference) or "
                                          "'vllm' (colocated in each training process)",
-                        choices=("fast", "hf", "vllm"))
+                        choices=("fast", "hf", "vllm"),
+                        check=vllm_installed)
     rollout_lag: int = flag(ROLLOUT, 0, "K: generate batch k+1 with theta_k while the update runs on batch k (async_rollout.py: a "
                                         "producer thread with its own copy of the policy; batch j is always generated by theta_{j-K}; "
                                         "the loss clips on pi_theta/pi_prox, weighted by pi_prox/pi_behav capped at --tis-cap, --tis-mode); 0 = the "
@@ -151,14 +202,19 @@ class Config:
     rollout_worker: str = flag(ROLLOUT, "thread", "--rollout-lag's producer: 'thread' (overlaps the update) or 'inline' (the same "
                                                   "code run at the sync point, sequentially: the reference the thread must equal)",
                                choices=("thread", "inline"))
-    batch_size: int = flag(ROLLOUT, 256, "responses per step (prompts x group size); must be divisible by --group-size")
+    batch_size: int = flag(ROLLOUT, 256, "responses per step (prompts x group size); must be divisible by --group-size",
+                           check=at_least(1))
     group_size: int = flag(ROLLOUT, 8, "G: completions per prompt (>= 2)",
                            check=lambda v: v < 2 and f"must be >= 2 (a group-relative baseline needs at least two samples), got {v}")
-    temperature: float = flag(ROLLOUT, 1.0, "sampling temperature (all five papers use 1.0 for training)")
-    top_p: float = flag(ROLLOUT, 1.0, "nucleus sampling top-p for training rollouts")
-    max_new_tokens: int = flag(ROLLOUT, 64, "maximum response length in tokens (responses hitting it are 'truncated')")
+    temperature: float = flag(ROLLOUT, 1.0, "sampling temperature (all five papers use 1.0 for training)",
+                              check=TEMPERATURE)
+    top_p: float = flag(ROLLOUT, 1.0, "nucleus sampling top-p for training rollouts",
+                        check=PROBABILITY)
+    max_new_tokens: int = flag(ROLLOUT, 64, "maximum response length in tokens (responses hitting it are 'truncated')",
+                               check=at_least(1))
     vllm_gpu_memory_utilization: float = flag(ROLLOUT, 0.3, "vLLM on GPU: share of GPU memory for its weights and KV cache "
-                                                            "(the rest is the trainer's; TRL moved its default 0.9 -> 0.3 after OOM reports)")
+                                                            "(the rest is the trainer's; TRL moved its default 0.9 -> 0.3 after OOM reports)",
+                                              check=PROBABILITY)
     vllm_sleep: bool = flag(ROLLOUT, False, "vLLM on GPU: sleep the engine (free its KV cache) during the optimizer updates")
     tis_cap: float = flag(ROLLOUT, 0.0, "truncated importance sampling (rollout.tis_weights): each token's surrogate term is weighted by "
                                         "min(pi_old / pi_engine, cap), correcting for the engine sampling from a slightly different "
@@ -178,24 +234,35 @@ class Config:
     wrong_reward: float = flag(REWARD, 0.0, "reward of a wrong answer (-1 for DAPO / Compass-Thinker, 0 for Ring-lite / Skywork / MiMo)")
     reward_timeout: float = flag(REWARD, 5.0, "seconds of wall time for one answer's whole check; the worker that overruns is killed and the answer scores --wrong-reward",
                                  check=lambda v: v <= 0 and f"must be > 0 seconds, got {v}")
-    reward_workers: int = flag(REWARD, 2, "processes verifying answers in parallel (0 = in the training process)")
+    reward_workers: int = flag(REWARD, 2, "processes verifying answers in parallel (0 = in the training process)",
+                               check=at_least(0, "(0 = in the training process)"))
     # --- loss ---
     loss_agg: str = flag(LOSS, "seq-mean-token-mean", "loss aggregation: seq-mean-token-mean (GRPO), token-mean (DAPO), seq-mean-token-sum",
                          choices=grpo.LOSS_AGG)
-    clip_low: float = flag(LOSS, 0.2, "eps_low: ratio clipped below at 1 - eps_low")
-    clip_high: float = flag(LOSS, 0.2, "eps_high: ratio clipped above at 1 + eps_high (DAPO clip-higher: 0.28)")
+    clip_low: float = flag(LOSS, 0.2, "eps_low: ratio clipped below at 1 - eps_low",
+                           check=within(0, 1, high_open=True, note="(the ratio is clipped below at 1 - eps_low > 0)"))
+    clip_high: float = flag(LOSS, 0.2, "eps_high: ratio clipped above at 1 + eps_high (DAPO clip-higher: 0.28)",
+                            check=at_least(0))
     dual_clip: float = flag(LOSS, 0.0, "dual-clip PPO constant C > 1: the clipped loss of a negative advantage is at most C*|A| "
                                        "(verl's clip_ratio_c, 3.0 and always on there; AReaL's c_clip); 0 = off (the five papers)",
                             check=lambda v: (v < 0 or 0 < v <= 1) and f"must be 0 (off) or > 1, got {v}")
-    kl_coef: float = flag(LOSS, 0.0, "beta: weight of the k3 KL to the initial (reference) model; 0 = no reference model")
+    kl_coef: float = flag(LOSS, 0.0, "beta: weight of the k3 KL to the initial (reference) model; 0 = no reference model",
+                          check=at_least(0))
     scale_adv_by_std: bool = flag(LOSS, True, "divide advantages by the group std (GRPO); off = Dr. GRPO's mean-only baseline")
     # --- optimisation ---
-    lr: float = flag(OPTIM, 1e-4, "AdamW learning rate; 1e-4 suits the 1M-parameter tiny model (the papers use 1e-6 to 3e-6 for 7B-32B)")
-    warmup_steps: int = flag(OPTIM, 5, "linear LR warm-up, in optimizer updates, then constant (DAPO)")
-    weight_decay: float = flag(OPTIM, 0.0, "AdamW weight decay")
-    grad_clip: float = flag(OPTIM, 1.0, "max global grad norm")
-    mini_batch_size: int = flag(OPTIM, 256, "responses per optimizer update; mu = epochs x batch_size / mini_batch_size")
-    epochs: int = flag(OPTIM, 1, "passes over each rollout batch (N_reuse)")
+    lr: float = flag(OPTIM, 1e-4, "AdamW learning rate; 1e-4 suits the 1M-parameter tiny model (the papers use 1e-6 to 3e-6 for 7B-32B)",
+                     check=above(0))
+    warmup_steps: int = flag(OPTIM, 5, "linear LR warm-up, in optimizer updates, then constant (DAPO)",
+                             check=at_least(0))
+    weight_decay: float = flag(OPTIM, 0.0, "AdamW weight decay",
+                               check=at_least(0))
+    grad_clip: float = flag(OPTIM, 1.0, "max global grad norm",
+                            check=above(0))
+    mini_batch_size: int = flag(OPTIM, 256, "responses per optimizer update; mu = epochs x batch_size / mini_batch_size. Not given and larger than "
+                                             "--batch-size: the batch (mu = epochs)",
+                                check=at_least(1))
+    epochs: int = flag(OPTIM, 1, "passes over each rollout batch (N_reuse)",
+                       check=at_least(1))
     # --- recipe techniques (--recipe NAME sets a paper's; a flag given still wins) ---
     recipe: str = flag(RECIPE, "grpo", "preset of a paper's settings: " + ", ".join(RECIPES) + " (see RECIPES in config.py and the README)",
                        choices=tuple(RECIPES))
@@ -213,21 +280,29 @@ class Config:
                                             "(verl's DAPO recipe: gen_batch_size = 3 x train_batch_size; the dapo recipe sets 3)",
                                  check=at_least(1))
     seamless: bool = flag(RECIPE, False, "MiMo: seamless rollout for --dynamic-sampling (seamless.py): launches sized by the pass-rate estimate (continuous batching with --rollout vllm, waves with hf), scoring overlapped with generation, FIFO early termination; with N processes each collects its share of the batch")
-    seamless_max_wave: int = flag(RECIPE, 0, "MiMo seamless rollout: cap on prompts per wave (0 = half the step's prompts)")
-    overlong_buffer: int = flag(RECIPE, 0, "DAPO: L_cache of the soft overlong punishment (Eq. 13; L_max = --max-new-tokens); 0 = off")
+    seamless_max_wave: int = flag(RECIPE, 0, "MiMo seamless rollout: cap on prompts per wave (0 = half the step's prompts)",
+                                  check=at_least(0, "(0 = half the step's prompts)"))
+    overlong_buffer: int = flag(RECIPE, 0, "DAPO: L_cache of the soft overlong punishment (Eq. 13; L_max = --max-new-tokens); 0 = off",
+                                check=at_least(0, "(0 = off)"))
     overlong_filter: bool = flag(RECIPE, False, "DAPO: mask the loss of truncated responses (overlong filtering)")
-    token_budget: int = flag(RECIPE, 0, "C3PO: Phi, training tokens per optimizer update (constant 1/Phi normaliser); 0 = off")
-    entropy_coef: float = flag(RECIPE, 0.0, "static entropy bonus alpha (Ring-lite: 5e-4)")
+    token_budget: int = flag(RECIPE, 0, "C3PO: Phi, training tokens per optimizer update (constant 1/Phi normaliser); 0 = off",
+                             check=at_least(0, "(0 = off)"))
+    entropy_coef: float = flag(RECIPE, 0.0, "static entropy bonus alpha (Ring-lite: 5e-4)",
+                               check=at_least(0))
     adaptive_entropy: bool = flag(RECIPE, False, "Skywork-OR1: adaptive entropy control towards --entropy-target")
-    entropy_target: float = flag(RECIPE, 0.2, "Skywork-OR1: target entropy (the sampled-token NLL of a rollout; which rollout: --entropy-timing)")
-    entropy_delta: float = flag(RECIPE, 1e-4, "Skywork-OR1: coefficient step Delta per training step")
-    entropy_max: float = flag(RECIPE, 5e-3, "Skywork-OR1: upper clamp of the entropy coefficient")
+    entropy_target: float = flag(RECIPE, 0.2, "Skywork-OR1: target entropy (the sampled-token NLL of a rollout; which rollout: --entropy-timing)",
+                                 check=above(0))
+    entropy_delta: float = flag(RECIPE, 1e-4, "Skywork-OR1: coefficient step Delta per training step",
+                                check=at_least(0))
+    entropy_max: float = flag(RECIPE, 5e-3, "Skywork-OR1: upper clamp of the entropy coefficient",
+                              check=at_least(0))
     entropy_timing: str = flag(RECIPE, "code", "Skywork-OR1: 'code' (released trainer: c updated with the previous rollout's estimate, then "
                                                "alpha_k = c_k * 1{e_{k-1} < tgt}) or 'paper' (Eq. 3.2: alpha_k = c_k * 1{e_k <= tgt} with this "
                                                "rollout's estimate, one extra forward pass, then c_{k+1} from e_k)",
                                choices=("code", "paper"))
     rejection_sampling: bool = flag(RECIPE, False, "Skywork-OR1: drop zero-advantage groups, no refill (the batch shrinks)")
-    easy_pool_alpha: float = flag(RECIPE, 0.0, "MiMo: all-correct prompts move to an easy pool, drawn with this probability per slot; 0 = off")
+    easy_pool_alpha: float = flag(RECIPE, 0.0, "MiMo: all-correct prompts move to an easy pool, drawn with this probability per slot; 0 = off",
+                                  check=within(0, 1, high_open=True, note="(1 would draw every slot from the easy pool)"))
     drop_solved: bool = flag(RECIPE, False, "all-correct prompts leave the prompt pool for good (no easy pool, no return): the outright "
                                             "removal MiMo's easy pool replaces (resample.EasyPool with alpha 0, no refresh)")
     curriculum: str = flag(RECIPE, "", "staged training: 'skywork' (growing response length) or 'compass' (easy -> hard levels); '' = off",
@@ -241,7 +316,8 @@ class Config:
                                    "its own prompt order; evaluation covers every stage's held-out set. '' = one stage from "
                                    "--train-data, --reward, --max-new-tokens (the c3po recipe sets math then code)")
     # --- memory and scale ---
-    micro_batch_size: int = flag(SCALE, 256, "responses per forward/backward (gradient accumulation inside a mini-batch)")
+    micro_batch_size: int = flag(SCALE, 256, "responses per forward/backward (gradient accumulation inside a mini-batch)",
+                                 check=at_least(1))
     micro_batch_tokens: int = flag(SCALE, 4096, "padded tokens per forward/backward: a mini-batch is sorted by length and cut into "
                                                 "micro-batches of at most this many (and at most --micro-batch-size responses), so a "
                                                 "few long responses do not pad every row to their length; 0 = off (rollout order)",
@@ -258,12 +334,16 @@ class Config:
     fsdp: bool = flag(SCALE, False, "shard weights, gradients and AdamW states over the processes: FSDP2 through Accelerate, one unit "
                                     "per decoder layer (= accelerate launch --config_file configs/fsdp.yaml); see docs/multi_gpu.md")
     threads: int = flag(SCALE, 1, "CPU threads for torch (0 = torch's default). 1 by default: the tiny model gains little from more, "
-                                  "and an OpenMP pool sharing its cores with other work ran 30x slower here (measured)")
+                                  "and an OpenMP pool sharing its cores with other work ran 30x slower here (measured)",
+                        check=at_least(0, "(0 = torch's default)"))
     lora_rank: int = flag(SCALE, 0, "LoRA rank r (trainer/lora.py, peft): train low-rank adapters on a frozen base; 0 = full fine-tuning. With "
                                     "LoRA the --lr default is 10x full fine-tuning's (TRL's 'LoRA without regret'), the reference "
-                                    "model is the base (adapter disabled, no second copy) and checkpoints hold the adapter")
-    lora_alpha: int = flag(SCALE, 32, "LoRA alpha: adapters scaled by alpha / r (32: verl's GRPO-LoRA baselines and 'LoRA without regret')")
-    lora_dropout: float = flag(SCALE, 0.0, "dropout on the adapters' input (0: verl's and TRL's GRPO-LoRA examples)")
+                                    "model is the base (adapter disabled, no second copy) and checkpoints hold the adapter",
+                          check=at_least(0, "(0 = full fine-tuning)"))
+    lora_alpha: int = flag(SCALE, 32, "LoRA alpha: adapters scaled by alpha / r (32: verl's GRPO-LoRA baselines and 'LoRA without regret')",
+                           check=at_least(1))
+    lora_dropout: float = flag(SCALE, 0.0, "dropout on the adapters' input (0: verl's and TRL's GRPO-LoRA examples)",
+                               check=within(0, 1, high_open=True))
     lora_targets: str = flag(SCALE, "all-linear", "modules that get adapters: 'all-linear' (every linear layer of the decoder, not "
                                                   "the LM head) or comma-separated names, e.g. q_proj,k_proj,v_proj,o_proj")
     load_in_4bit: bool = flag(SCALE, False, "QLoRA: the frozen base's linear layers in 4-bit NF4 (bitsandbytes: pip install -e '.[qlora]'; "
@@ -273,8 +353,10 @@ class Config:
                                                 "and serves the adapter through its LoRA support: a smaller sync, a slower decode)",
                                choices=("merged", "adapter"))
     # --- evaluation and logging ---
-    eval_every: int = flag(EVAL, 20, "evaluate on held-out data every N steps (0 = only before and after)")
-    eval_problems: int = flag(EVAL, 400, "number of held-out problems for greedy accuracy")
+    eval_every: int = flag(EVAL, 20, "evaluate on held-out data every N steps (0 = only before and after)",
+                           check=at_least(0, "(0 = only before and after)"))
+    eval_problems: int = flag(EVAL, 400, "number of held-out problems for greedy accuracy (0 = all)",
+                              check=at_least(0, "(0 = all)"))
     eval_samples: int = flag(EVAL, 4, "k: sampled completions per held-out problem for avg@k and pass@k, at the first and the final "
                                       "evaluation only (intermediate ones are greedy); 0 = greedy only. The papers use k = 32 on AIME",
                              check=at_least(0))
@@ -286,10 +368,8 @@ class Config:
 
     @property
     def stops(self) -> tuple[str, ...]:
-        """--stop as strings: split on '||', backslash escapes ('\\n') read."""
-        import codecs
-
-        return tuple(codecs.decode(x, "unicode_escape") for x in self.stop.split("||") if x) if self.stop else ()
+        """--stop as strings (data.read_stops: split on '||', \\n \\t \\r \\\\ read)."""
+        return data.read_stops(self.stop)
 
     def validate(self):
         """Each field's own choices and check, then the rules between flags; a bad value -> one `error:` line."""
@@ -300,7 +380,8 @@ class Config:
             v, choices, check = getattr(self, f.name), f.metadata["choices"], f.metadata["check"]
             if choices is not None and v not in choices:
                 bad(f.name.replace("_", "-"), f"{v!r} is not one of {', '.join(c or repr(c) for c in choices)}")
-            msg = check(v) if check else None
+            msg = (isinstance(v, float) and not math.isfinite(v) and f"must be a finite number, got {v}") or (
+                check(v) if check else None)
             if msg:
                 bad(f.name.replace("_", "-"), msg)
         self.check_relations(bad)
@@ -312,6 +393,12 @@ class Config:
 
         if self.batch_size % self.group_size:
             bad("batch-size", f"{self.batch_size} is not divisible by --group-size {self.group_size}")
+        if self.correct_reward <= self.wrong_reward:
+            bad("correct-reward", f"{self.correct_reward} must be above --wrong-reward {self.wrong_reward} (else no "
+                                  "advantage favours a correct answer)")
+        if self.overlong_buffer >= self.max_new_tokens and not self.stages:
+            bad("overlong-buffer", f"{self.overlong_buffer} must be below --max-new-tokens {self.max_new_tokens} (the "
+                                   "punishment starts at max-new-tokens - buffer)")
         if self.batch_size % self.mini_batch_size:
             bad("mini-batch-size", f"{self.mini_batch_size} does not divide --batch-size {self.batch_size}")
         if self.mini_batch_size % self.micro_batch_size and self.micro_batch_size < self.mini_batch_size:
@@ -341,9 +428,12 @@ class Config:
             self.filter_metric = filter_metric_for(self, self.reward)  # (with --stages: per stage, filter_metric_for)
         if self.seamless and not self.dynamic_sampling:
             bad("seamless", "is a scheduler for dynamic sampling: add --dynamic-sampling (or a recipe that has it)")
-        if self.eval_samples and not (self.eval_temperature > 0 and 0 < self.eval_top_p <= 1):
-            bad("eval-temperature", f"sampled evaluation needs temperature > 0 and 0 < top-p <= 1, got "
-                                    f"{self.eval_temperature} and {self.eval_top_p}")
+        if self.eval_samples and not self.eval_temperature > 0:
+            bad("eval-temperature", f"sampled evaluation (--eval-samples {self.eval_samples}) needs a temperature > 0, "
+                                    f"got {self.eval_temperature} (--eval-samples 0: greedy only)")
+        if self.eval_samples and not 0 < self.eval_top_p <= 1:
+            bad("eval-top-p", f"sampled evaluation (--eval-samples {self.eval_samples}) needs 0 < top-p <= 1, got "
+                              f"{self.eval_top_p}")
         if self.stages:
             if self.train_data != "builtin":
                 bad("train-data", "the run has --stages (the c3po recipe sets math then code): give each stage's data "
@@ -380,6 +470,17 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     return ap
 
 
+def given_flags(ap: argparse.ArgumentParser, argv) -> set[str]:
+    """The fields whose flags the command line gives (a recipe's or the parser's default is not given)."""
+    keys = [a.dest for a in ap._actions if a.dest != "help"]
+    saved, unset = {k: ap.get_default(k) for k in keys}, object()
+    ap.set_defaults(**{k: unset for k in keys})
+    try:
+        return {k for k, v in vars(ap.parse_known_args(argv)[0]).items() if v is not unset}
+    finally:
+        ap.set_defaults(**saved)
+
+
 def parse_config(argv=None, description: str = "") -> Config:
     """The run's Config: the command line over the recipe's defaults (over LoRA's and --rollout-lag's), or, with
     --resume, the checkpoint's saved settings with the flags given checked against them (runs.resume_settings)."""
@@ -395,6 +496,8 @@ def parse_config(argv=None, description: str = "") -> Config:
     if vars(ap.parse_known_args(argv)[0])["rollout_lag"]:  # off-policy by one step: the decoupled loss's cap (2.0)
         ap.set_defaults(tis_cap=ap.get_default("tis_cap") or 2.0)
     ns = vars(ap.parse_args(argv))
+    if ns["mini_batch_size"] > ns["batch_size"] >= 1 and "mini_batch_size" not in given_flags(ap, argv):
+        ns["mini_batch_size"] = ns["batch_size"]  # a batch below the mini-batch default is one mini-batch (mu = epochs)
     cfg = Config(**ns)
     from tools import tiny
     ckpt = runs.resolve_resume(cfg.resume, cfg.output_dir) if cfg.resume else None

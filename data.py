@@ -34,6 +34,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -81,11 +82,18 @@ def cli(main, argv=None) -> int:
     """Run a script's `main`: bad input ends in one line `error: ...` on stderr and exit code 2, no traceback.
 
     The scripts report bad input by raising DataError (data files) or SystemExit("error: ...") (flags, model and
-    checkpoint directories), always before anything is written. Returns the exit code: `sys.exit(data.cli(main))`.
+    checkpoint directories), always before anything is written. Ctrl-C ends in one line `interrupted` and exit code
+    130 (128 + SIGINT), as train.py's own (runs.interrupted). Returns the exit code: `sys.exit(data.cli(main))`.
     """
+    import signal
+
     try:
         main() if argv is None else main(argv)
         return 0
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the one line, not a traceback from a second Ctrl-C
+        print(f"interrupted ({os.path.basename(sys.argv[0]) or 'python'}): nothing more was written", file=sys.stderr)
+        return 130
     except DataError as e:
         msg = f"error: {e}"
     except SystemExit as e:
@@ -644,6 +652,13 @@ def opens_thought(tokenizer, kind: str = "math", template: str = "auto", system:
     marker = "\x00question\x00"
     tail = build_prompt(tokenizer, marker, kind, template, system, template_kwargs).rsplit(marker, 1)[-1]
     return tail.rfind("<think>") > tail.rfind("</think>")
+
+
+def read_stops(text: str) -> tuple[str, ...]:
+    """--stop's strings: split on '||', the escapes \\n \\t \\r and \\\\ read, any other backslash kept as typed (a stop
+    string such as '\\boxed' must not become a backspace and 'oxed', as Python's unicode_escape would read it)."""
+    escapes = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+    return tuple(re.sub(r"\\([ntr\\])", lambda m: escapes[m.group(1)], x) for x in text.split("||") if x) if text else ()
 
 
 def parse_template_kwargs(text: str, flag: str = "--chat-template-kwargs") -> dict:

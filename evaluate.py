@@ -45,12 +45,12 @@ def progress(engine, tokenizer, golds, n: int, reward_fn, desc: str):
     """A progress bar while `engine` generates n completions for each of len(golds) problems: completions done and
     the running accuracy of those (graded as they finish, through the engine's `progress` hook: the hf and fast
     engines). Display only, on the main process: the results are graded again, as before, from what generate returns."""
-    from tqdm import tqdm
+    from runs import progress_bar
 
     if not hasattr(engine, "generate") or os.environ.get("RANK", "0") != "0" or tokenizer is None:
         yield
         return
-    bar = tqdm(total=len(golds) * n, desc=desc, unit=" problems" if n == 1 else " completions", leave=False,
+    bar = progress_bar(total=len(golds) * n, desc=desc, unit=" problems" if n == 1 else " completions", leave=False,
                dynamic_ncols=True, mininterval=0.5)
     seen, right, todo, last = 0, 0, [], [time.time()]
 
@@ -161,25 +161,28 @@ def main(argv=None):
     prints the accuracy, avg@k and pass@k the run printed last. Any other model gets train.py's defaults (400
     problems of the built-in task, greedy + avg@4 / pass@4 at T 1.0, 64 new tokens, the fast engine). A flag given
     on the command line wins over both. The settings used are printed (stderr) before the evaluation."""
+    import config  # train.py's checks of the same values (config.number)
+
+    # each help names its default (the run's setting, else train.py's): no ArgumentDefaultsHelpFormatter
     ap = data.ArgParser(prog="evaluate.py", description="Evaluate a checkpoint on held-out problems (defaults: its run's "
-                        "evaluation, read from the checkpoint; train.py's for any other model).",
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                        "evaluation, read from the checkpoint; train.py's for any other model).")
+    count = config.number(int, config.at_least(0))
     ap.add_argument("--model", default="", help="checkpoint directory, run directory (its newest checkpoint), model "
                     "directory or hub name ('' = the built-in tiny model)")
     ap.add_argument("--data", help="'builtin' (held-out split) or a dataset file / hub name (train.py --eval-data; "
                     "default: the run's, else builtin)")
     ap.add_argument("--split", help="split for hub datasets (train.py --eval-split; default: the run's, else test)")
-    ap.add_argument("--eval-problems", "--n-problems", dest="eval_problems", type=int,
+    ap.add_argument("--eval-problems", "--n-problems", dest="eval_problems", type=count,
                     help="number of problems, 0 = all (train.py --eval-problems; default: the run's, else 400)")
-    ap.add_argument("--samples", type=int, help="samples per problem for avg@n / pass@k, 0 = greedy only (train.py "
+    ap.add_argument("--samples", type=count, help="samples per problem for avg@n / pass@k, 0 = greedy only (train.py "
                     "--eval-samples; default: the run's, else 4)")
     ap.add_argument("--k", default="", help="comma-separated k values for pass@k, each <= --samples (default: 1 and "
                                             "--samples, train.py's)")
-    ap.add_argument("--temperature", type=float, help="sampling temperature of avg@n / pass@k (train.py "
+    ap.add_argument("--temperature", type=config.number(float, config.TEMPERATURE), help="sampling temperature of avg@n / pass@k (train.py "
                     "--eval-temperature; default: the run's, else 1.0)")
-    ap.add_argument("--top-p", type=float, help="top-p of avg@n / pass@k (train.py --eval-top-p; default: the run's, else 1.0)")
-    ap.add_argument("--max-new-tokens", type=int, help="maximum response length (default: the run's, else 64)")
-    ap.add_argument("--seed", type=int, help="the run's --seed: which problems, and the sampled evaluation's stream "
+    ap.add_argument("--top-p", type=config.number(float, config.PROBABILITY), help="top-p of avg@n / pass@k (train.py --eval-top-p; default: the run's, else 1.0)")
+    ap.add_argument("--max-new-tokens", type=config.number(int, config.at_least(1)), help="maximum response length (default: the run's, else 64)")
+    ap.add_argument("--seed", type=count, help="the run's --seed: which problems, and the sampled evaluation's stream "
                     "(default: the run's, else 0)")
     ap.add_argument("--rollout", choices=("fast", "hf", "vllm"), help="generation engine (default: the run's, else fast)")
     ap.add_argument("--reward", choices=("math", "math-strict", "math-dapo"), help="how answers are graded (default: "
@@ -190,9 +193,14 @@ def main(argv=None):
     ap.add_argument("--chat-template-kwargs", help="JSON object of chat template switches, e.g. "
                     "'{\"enable_thinking\": false}' (train.py --chat-template-kwargs; default: the run's, else none)")
     ap.add_argument("--stop", help="stop strings, '||'-separated (train.py --stop; default: the run's, else none)")
-    ap.add_argument("--out", default="", help="also write the JSON to this file")
+    ap.add_argument("--out", default="", help="also write the JSON to this file (default: none)")
     a = ap.parse_args(argv)
-    import codecs
+    if a.out and os.path.isdir(a.out):
+        raise SystemExit(f"error: --out {a.out}: a directory, not a file")
+    if a.model and os.path.isfile(a.model):
+        raise SystemExit(f"error: --model {a.model}: a file, not a model, checkpoint or run directory")
+    if a.rollout and config.vllm_installed(a.rollout):
+        raise SystemExit(f"error: --rollout vllm: {config.vllm_installed(a.rollout)}")
     import sys
 
     import torch
@@ -217,9 +225,12 @@ def main(argv=None):
     shown = ", ".join(f"{k.replace('_', '-')} {st[k]!r}" for k in FROM_RUN)
     over = "; given: " + ", ".join(f"--{k.replace('_', '-')}" for k in given) if given else ""
     samples = st["samples"]
-    ks = [int(k) for k in a.k.split(",")] if a.k else sorted({1, max(samples, 1)})
-    if any(k > max(samples, 1) for k in ks):
-        raise SystemExit(f"error: --k {a.k}: pass@k needs k <= --samples ({samples})")
+    try:
+        ks = [int(k) for k in a.k.split(",")] if a.k else sorted({1, max(samples, 1)})
+    except ValueError:
+        raise SystemExit(f"error: --k {a.k!r}: comma-separated whole numbers, e.g. 1,4") from None
+    if any(k < 1 for k in ks) or any(k > max(samples, 1) for k in ks):
+        raise SystemExit(f"error: --k {a.k}: pass@k needs 1 <= k <= --samples ({samples})")
     examples = data.load_dataset(st["data"], split=st["split"], n=st["eval_problems"] or None, seed=st["seed"])  # bad data: before the model
     print(f"evaluating {model_dir or 'the built-in tiny model'} with {source}: {shown}{over}", file=sys.stderr, flush=True)
     path = model_dir or tiny.get_tiny_model()
@@ -228,7 +239,7 @@ def main(argv=None):
     tkw = data.parse_template_kwargs(st["chat_template_kwargs"])
     data.check_template(tok, st["template"], kind, template_kwargs=tkw)
     thought_open = data.opens_thought(tok, kind, st["template"], st["system_prompt"], tkw)  # R1-Distill: the prompt opens it
-    stop = tuple(codecs.decode(x, "unicode_escape") for x in st["stop"].split("||") if x)
+    stop = data.read_stops(st["stop"])
     builtin_model = not a.model or (run is not None and not run.get("model"))  # train.py's max_model_len for its tiny model
     engine = rollout.make_engine(st["rollout"], model, tok, model_path=path, seed=st["seed"],
                                  max_model_len=512 if builtin_model else None)

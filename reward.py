@@ -605,19 +605,17 @@ class _Worker:
         self.conn, child = ctx.Pipe()
         # spawn, not fork: the trainer has torch threads (and maybe CUDA) that must not be forked
         self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True)
-        # Created with SIGINT ignored (a disposition the new interpreter keeps; a signal mask is not kept): a Ctrl-C
-        # to the process group while it starts up (spawn: a fresh interpreter importing the trainer's modules, ~1 s)
-        # would otherwise end in a KeyboardInterrupt traceback there, or in an EOFError one when the trainer stops
-        # half-way through handing it its start-up data. The trainer ignores SIGINT only for start() itself (a few
-        # milliseconds); Python sets handlers in the main thread only, elsewhere the worker ignores it from its
-        # first line (_worker_main).
-        main = threading.current_thread() is threading.main_thread()
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        # Started with SIGINT blocked in the calling thread: the mask is inherited through spawn's fork and exec, so
+        # the new interpreter never sees a Ctrl-C sent to the process group (a terminal sends it to every process in
+        # it), not even while it starts up (~1 s of imports), where it would end in a KeyboardInterrupt traceback, or
+        # in an EOFError one when the trainer stops half-way through handing it its start-up data. Ctrl-C is the
+        # trainer's to handle: a signal that arrives during start() is delivered to it right after. Any thread may
+        # start a worker (the --rollout-lag producer replaces a timed-out one); _worker_main also ignores SIGINT.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             self.proc.start()
         finally:
-            if main:
-                signal.signal(signal.SIGINT, old)
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
         child.close()
         self.ready, self.job, self.t0 = False, None, 0.0
 

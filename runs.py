@@ -59,6 +59,32 @@ def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
+class _LogLines:
+    """A progress bar's output when stderr is a file or a pipe: each refresh one plain line (tqdm redraws its line
+    with carriage returns, which a log file keeps as one unreadable line), none for the bar's clearing."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, s: str) -> None:
+        s = s.replace("\r", "").replace("\x1b[A", "").strip()
+        if s:
+            self.stream.write(s + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def progress_bar(iterable=None, **kw):
+    """tqdm on a terminal; elsewhere (a log file, a pipe) a line every 30 s and at the end, as _LogLines writes them."""
+    from tqdm import tqdm
+
+    if not sys.stderr.isatty():
+        kw.update(file=_LogLines(sys.stderr), mininterval=max(kw.get("mininterval", 0.1), 30.0), dynamic_ncols=False,
+                  ncols=120)
+    return tqdm(iterable, **kw)
+
+
 def is_sharded(accelerator) -> bool:
     from accelerate.utils import DistributedType
 
@@ -206,7 +232,8 @@ def check_output_dir(output_dir: str, resume_from: str | None, overwrite: bool) 
 
 
 def clear_run(output_dir: str) -> None:
-    """--overwrite: remove the previous run's files (nothing else in the directory), and say what they were."""
+    """--overwrite (or --resume auto with no checkpoint): remove the previous run's files (nothing else in the
+    directory), and say what they were."""
     found = run_files(output_dir)
     if found:
         try:
@@ -216,7 +243,8 @@ def clear_run(output_dir: str) -> None:
         except (OSError, ValueError):
             what = "its run"
         cks = [f for f in found if f.startswith("checkpoint-")]
-        say(f"--overwrite: {output_dir}: replacing {what}: {len(found) - len(cks)} files and {len(cks)} checkpoints removed")
+        # (said the same way for --overwrite and for --resume auto restarting a run that left no checkpoint)
+        say(f"{output_dir}: replacing {what}: {len(found) - len(cks)} files and {len(cks)} checkpoints removed")
     for f in found:
         p = os.path.join(output_dir, f)
         shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
@@ -337,7 +365,8 @@ def interrupted(output_dir: str, step: int | None, max_steps: int, launched_by_a
     if ck:
         say(f"interrupted {where}; last checkpoint: {ck}; resume with: {cmd}")
     else:
-        say(f"interrupted {where}; no checkpoint yet (--save-every): nothing to resume; start again with: {cmd}")
+        say(f"interrupted {where}; no checkpoint yet (--save-every): the same command with --resume auto starts "
+            f"this run again from step 0 with its settings: {cmd}")
     if not clean:
         sys.stdout.flush()
         sys.stderr.flush()

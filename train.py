@@ -89,15 +89,16 @@ def main(argv=None):
 # ------------------------------------------------------------------------------------------------
 def train(run: Run) -> list[dict]:
     """The loop: steps 1-6 from the checkpoint's step (or 0) to --max-steps, then the final evaluation."""
-    from tqdm import tqdm
-
     cfg, acc, collector, t_start = run.cfg, run.accelerator, Collector(run), time.time()
     if not run.evals:
         if acc.is_main_process:
             print(f"evaluating the initial policy on {' + '.join(str(len(t.eval_set)) for t in run.tasks)} held-out problems ...",
                   flush=True)
         run_eval(run, 0, sampled=True)
-    bar = tqdm(range(run.start_step, cfg.max_steps), initial=run.start_step, total=cfg.max_steps,
+    elif due(cfg.eval_every, run.start_step) and run.evals[-1]["step"] < run.start_step:
+        run_eval(run, run.start_step)  # a finished run extended (a larger --max-steps): the evaluation its last step
+        # would have had if the run had been this long (its final one, with avg@k, is not the uninterrupted run's)
+    bar = runs.progress_bar(range(run.start_step, cfg.max_steps), initial=run.start_step, total=cfg.max_steps,
                disable=not acc.is_main_process, dynamic_ncols=True)
     for step in bar:
         t0, run.step = time.time(), step
@@ -363,8 +364,8 @@ def evaluate_and_save(run: Run, step: int, bar, t_start: float) -> None:
     steps (and at the end) a checkpoint; the producer (--rollout-lag) is idle for both (its batch is saved)."""
     cfg, acc, row = run.cfg, run.accelerator, run.history[-1]
     done = step + 1 == cfg.max_steps
-    due_eval = bool(cfg.eval_every and (step + 1) % cfg.eval_every == 0 and not done)
-    due_save = done or bool(cfg.save_every and (step + 1) % cfg.save_every == 0)
+    due_eval = due(cfg.eval_every, step + 1) and not done
+    due_save = done or due(cfg.save_every, step + 1)
     if run.producer and (due_eval or due_save):
         run.producer.wait()
     if due_eval:
@@ -377,6 +378,11 @@ def evaluate_and_save(run: Run, step: int, bar, t_start: float) -> None:
     acc.log({k: v for k, v in row.items() if k != "step"}, step=step + 1)  # trackers (main process; --report-to)
     if due_save:
         checkpoint(run, step + 1, run.wall_before + time.time() - t_start)
+
+
+def due(every: int, step: int) -> bool:
+    """--eval-every / --save-every: due after `step` steps (0 = never on a cadence)."""
+    return bool(every and step % every == 0)
 
 
 def run_eval(run: Run, step: int, sampled: bool = False) -> dict | None:

@@ -262,9 +262,9 @@ def grade(examples: list[data.Example], engine, tokenizer, reward_fn, samples: i
             out_f = open(progress_path, "w", encoding="utf-8")  # noqa: SIM115
             out_f.write(json.dumps(header) + "\n")
             out_f.flush()
-    from tqdm import tqdm
+    from runs import progress_bar
 
-    bar = tqdm(total=len(examples), initial=len(done), desc="grading", unit="problem", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(total=len(examples), initial=len(done), desc="grading", unit="problem", disable=not progress, dynamic_ncols=True)
     try:
         for b, s in enumerate(range(0, len(examples), batch_prompts)):
             idx = list(range(s, min(s + batch_prompts, len(examples))))
@@ -421,6 +421,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser():
+    from config import PROBABILITY, TEMPERATURE, above, at_least, number  # train.py's checks of the same values
+
     ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("grade", help="sample N completions per problem, write pass_rate / num_samples / difficulty")
@@ -430,13 +432,13 @@ def build_parser():
                    "(correct = every test passes); default: code for --data builtin-code, else math")
     g.add_argument("--out", required=True, help="output .jsonl or .parquet (math: plain schema; code: .jsonl, the rows as read)")
     g.add_argument("--model", default="", help="model path or hub name; empty = the built-in tiny model (code: its math+code one)")
-    g.add_argument("--samples", type=int, default=16, help="completions per problem (Skywork / MiMo: 16) (default: 16)")
-    g.add_argument("--n", type=int, default=0, help="grade the first N problems (0 = all; builtin: 20000)")
+    g.add_argument("--samples", type=number(int, at_least(1)), default=16, help="completions per problem (Skywork / MiMo: 16) (default: 16)")
+    g.add_argument("--n", type=number(int, at_least(0, "(0 = all)")), default=0, help="grade the first N problems (0 = all; builtin: 20000)")
     g.add_argument("--split", default="train", help="split of a hub dataset / of the built-in task (default: train)")
     g.add_argument("--schema", default=None, choices=["gsm8k", "math", "aime", "dapo", "plain"], help="force an input schema (gsm8k, math, aime, dapo, plain); default: detected per row")
     g.add_argument("--filter", default=None, choices=list(RULES), help="write only the problems this rule keeps")
     g.add_argument("--relevel", action="store_true", help="with --filter: recompute levels among the kept problems")
-    g.add_argument("--seed", type=int, default=0, help="sampling seed (and the built-in task's seed) (default: 0)")
+    g.add_argument("--seed", type=number(int, at_least(0)), default=0, help="sampling seed (and the built-in task's seed) (default: 0)")
     g.add_argument("--rollout", default="hf", choices=["hf", "fast", "vllm"], help="generation engine (default: hf)")
     g.add_argument("--template", default="auto", choices=list(data.TEMPLATES), help="prompt template, as train.py "
                    "--template (default: auto)")
@@ -444,14 +446,14 @@ def build_parser():
     g.add_argument("--chat-template-kwargs", default="", help="JSON object of chat template switches, as train.py's, "
                    "e.g. '{\"enable_thinking\": false}' (default: none)")
     g.add_argument("--stop", default="", help="stop strings, '||'-separated, as train.py --stop")
-    g.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus top-p (default: 1.0)")
-    g.add_argument("--max-new-tokens", type=int, default=None, help="response length cap (default: 64; code: 96)")
-    g.add_argument("--batch-prompts", type=int, default=64, help="problems per generation batch = per progress flush (default: 64)")
+    g.add_argument("--temperature", type=number(float, TEMPERATURE), default=1.0, help="sampling temperature (default: 1.0)")
+    g.add_argument("--top-p", type=number(float, PROBABILITY), default=1.0, help="nucleus top-p (default: 1.0)")
+    g.add_argument("--max-new-tokens", type=number(int, at_least(1)), default=None, help="response length cap (default: 64; code: 96)")
+    g.add_argument("--batch-prompts", type=number(int, at_least(1)), default=64, help="problems per generation batch = per progress flush (default: 64)")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="model dtype (default: auto)")
-    g.add_argument("--reward-workers", type=int, default=2, help="math-verify worker processes (0 = in process); code: "
+    g.add_argument("--reward-workers", type=number(int, at_least(0)), default=2, help="math-verify worker processes (0 = in process); code: "
                    "programs run at once (default: 2)")
-    g.add_argument("--reward-timeout", type=float, default=5.0, help="math: seconds per answer check (code: each "
+    g.add_argument("--reward-timeout", type=number(float, above(0)), default=5.0, help="math: seconds per answer check (code: each "
                    "problem's time_limit, else 4 s per test) (default: 5.0)")
     g.add_argument("--force", action="store_true", help="regrade input that already has pass_rate / num_samples")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -552,10 +554,7 @@ def cmd_grade(a, engine=None, tokenizer=None) -> list[dict]:
         reward_fn = MathReward(1.0, 0.0, a.reward_timeout, a.reward_workers if engine_built else 0,
                                thought_open=thought_open)
     progress_path = a.out + ".partial.jsonl"
-    import codecs
-
-    params = SamplingParams(a.temperature, a.top_p, a.max_new_tokens,
-                            tuple(codecs.decode(x, "unicode_escape") for x in a.stop.split("||") if x))
+    params = SamplingParams(a.temperature, a.top_p, a.max_new_tokens, data.read_stops(a.stop))
     settings = {"data": a.data, "reward": kind, "model": model_name or "(injected engine)", "rollout": a.rollout, "n": a.n}
     if a.template != "auto" or a.system_prompt or a.stop:  # (absent otherwise: earlier progress files still resume)
         settings.update(template=a.template, system_prompt=a.system_prompt, stop=a.stop)

@@ -433,16 +433,23 @@ def get_tiny_model(recipe: TinyRecipe | ChatRecipe | None = None, cache_dir: str
     return path
 
 
-if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv=None):
+    """The command line: build (or --ship) a tiny model from a recipe's settings."""
+    import data
+    from config import above, at_least, number, within
+
+    ap = data.ArgParser(prog="-m tools.tiny", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     fields = {f.name: f for f in dataclasses.fields(TinyRecipe) + dataclasses.fields(ChatRecipe)}
     for f in fields.values():  # unset: the recipe's default (TinyRecipe's, or ChatRecipe's with --chat)
-        ap.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=None)
+        typ = type(f.default)  # sizes and steps >= 1, the seed >= 0, the lr > 0, fractions in [0, 1]
+        check = {int: at_least(0) if f.name == "seed" else at_least(1),
+                 float: within(0, 1) if f.name.endswith("_frac") else above(0)}.get(typ)
+        ap.add_argument("--" + f.name.replace("_", "-"), type=number(typ, check) if check else typ, default=None)
     ap.add_argument("--chat", action="store_true", help="the chat-shaped model (ChatRecipe; --style chat or think)")
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--ship", action="store_true", help=f"rebuild from scratch and write the result to {SHIPPED_DIR} "
                                                        f"(--tasks math+code: {SHIPPED_CODE_DIR}; --chat: models/tiny-qwen2-STYLE)")
-    a = vars(ap.parse_args())
+    a = vars(ap.parse_args(argv))
     cache, ship, chat = a.pop("cache_dir"), a.pop("ship"), a.pop("chat")
     kind = ChatRecipe if chat else TinyRecipe
     given = {k: v for k, v in a.items() if v is not None}
@@ -465,3 +472,11 @@ if __name__ == "__main__":
         print(shipped_dir(recipe))
     else:
         print(get_tiny_model(kind(**a), cache))
+
+
+if __name__ == "__main__":
+    import sys
+
+    import data
+
+    sys.exit(data.cli(main))

@@ -49,7 +49,7 @@ def restore(run, ckpt: str, sharded: bool) -> None:
 
 def start_run_dir(run, model_path: str) -> None:
     """The run directory (main process): --overwrite clears the previous run's files; config.json (the model's
-    resolved path in "model"), and metrics / evals rewritten from the checkpoint's history on resume."""
+    resolved path in "model"), and metrics / evals / samples rewritten from the checkpoint's history on resume."""
     cfg = run.cfg
     if cfg.overwrite and not cfg.resume:
         runs.clear_run(cfg.output_dir)
@@ -59,3 +59,10 @@ def start_run_dir(run, model_path: str) -> None:
         f.writelines(json.dumps(r) + "\n" for r in run.history)
     with open(os.path.join(cfg.output_dir, "evals.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in run.evals)
+    samples = os.path.join(cfg.output_dir, "samples.jsonl")
+    if cfg.resume and os.path.exists(samples):  # the evaluations' completions, as far as the checkpoint's evaluations go
+        steps = {r["step"] for r in run.evals}
+        with open(samples) as f:
+            kept = [line for line in f if json.loads(line)["step"] in steps]
+        with open(samples, "w") as f:
+            f.writelines(kept)

@@ -1,7 +1,7 @@
 """LoRA through peft: a frozen base, trainable low-rank adapters, the reference model for free.
 
     python train.py --lora-rank 8                       # LoRA on every linear layer of the decoder
-    python -m trainer.lora --merge runs/default/checkpoint-40 --out merged/   # a plain model directory (base + adapter)
+    python -m trainer.lora --merge runs/default/checkpoint-40 --out runs/merged/   # a plain model directory (base + adapter)
 
 Notable features
   * `wrap`: peft's `get_peft_model` with `LoraConfig(r, alpha, dropout, target_modules)`; default targets "all-linear"
@@ -286,15 +286,19 @@ def _tokenizer(path: str, flag: str):
 
 
 def main(argv=None):
-    import argparse
+    import data
 
-    ap = argparse.ArgumentParser(description="Write a plain model directory: a LoRA checkpoint's base + adapter, merged.")
+    ap = data.ArgParser(prog="-m trainer.lora", description="Write a plain model directory: a LoRA checkpoint's base + "
+                        "adapter, merged.")
     ap.add_argument("--merge", required=True, help="LoRA checkpoint directory (train.py --lora-rank R writes them)")
     ap.add_argument("--out", required=True, help="output directory for the merged model (save_pretrained + tokenizer)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="dtype of the merged weights")
     a = ap.parse_args(argv)
     if not is_adapter_dir(a.merge):
         raise SystemExit(f"error: --merge {a.merge!r}: not a LoRA checkpoint (no {ADAPTER_CONFIG})")
+    if os.path.isfile(a.out) or (os.path.isdir(a.out) and os.listdir(a.out)):
+        raise SystemExit(f"error: --out {a.out!r}: {'a file' if os.path.isfile(a.out) else 'a directory with files in it'}"
+                         "; give a new directory (e.g. runs/merged)")
     model, tok = load_for_inference(a.merge, getattr(torch, a.dtype), flag="--merge")
     model.save_pretrained(a.out)
     tok.save_pretrained(a.out)
