@@ -99,6 +99,7 @@ import threading
 import time
 from dataclasses import dataclass
 from fractions import Fraction
+from multiprocessing import resource_tracker
 
 MODES = ("math", "math-strict", "math-dapo")
 KILL_GRACE = 0.25  # seconds past the timeout before a silent worker is killed
@@ -611,6 +612,7 @@ class _Worker:
         # in an EOFError one when the trainer stops half-way through handing it its start-up data. Ctrl-C is the
         # trainer's to handle: a signal that arrives during start() is delivered to it right after. Any thread may
         # start a worker (the --rollout-lag producer replaces a timed-out one); _worker_main also ignores SIGINT.
+        resource_tracker.ensure_running()  # first: starting it unblocks SIGINT and SIGTERM in this thread afterwards
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             self.proc.start()

@@ -166,17 +166,55 @@ def test_producer_stop_ends_a_batch_in_progress():
     assert not any(t.name.startswith("producer-") for t in threading.enumerate())
 
 
-def test_reward_workers_start_with_sigint_ignored():
-    """A worker process is created with SIGINT ignored (a Ctrl-C to the group during its start-up, a fresh
-    interpreter, would traceback in it); the trainer's own handler is back afterwards."""
-    before = signal.getsignal(signal.SIGINT)
+def sigint_blocked(pid: int) -> bool:
+    status = open(f"/proc/{pid}/status").read()
+    return bool(int(next(x for x in status.splitlines() if x.startswith("SigBlk:")).split()[1], 16) & (1 << (signal.SIGINT - 1)))
+
+
+@pytest.mark.parametrize("thread", ["main", "other"])
+def test_reward_workers_start_with_sigint_blocked(thread):
+    """A worker process starts with SIGINT blocked, whichever thread starts it (the --rollout-lag producer replaces
+    timed-out workers): a Ctrl-C to the group during its start-up, a fresh interpreter importing for ~1 s, never
+    reaches it. The starting thread's own mask is back afterwards."""
     r = reward.MathReward(workers=1)
-    r._start()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    t = threading.Thread(target=r._start) if thread == "other" else None
+    t.start() if t else r._start()
+    t.join() if t else None
     try:
         for w in r._pool + [r._spare]:
-            status = open(f"/proc/{w.proc.pid}/status").read()
-            ignored = int(next(x for x in status.splitlines() if x.startswith("SigIgn:")).split()[1], 16)
-            assert ignored & (1 << (signal.SIGINT - 1)), status
+            assert sigint_blocked(w.proc.pid)
     finally:
         r.close()
-    assert signal.getsignal(signal.SIGINT) is before
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before and signal.SIGINT not in before
+
+
+START_AND_WAIT = """
+import sys, threading, time
+import reward
+if __name__ == "__main__":
+    r = reward.MathReward(workers=2)
+    try:
+        t = threading.Thread(target=r._start)  # as the --rollout-lag producer starts them
+        t.start(); t.join()
+        print("started", flush=True)
+        time.sleep(60)
+    except KeyboardInterrupt:
+        r.close()
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+"""
+
+
+def test_ctrl_c_while_workers_start_up():
+    """SIGINT to the process group while three worker interpreters are still starting (spawn: importing site, torch
+    and math-verify): one line from the parent, exit 130, no traceback or 'Fatal Python error' from any child."""
+    p = subprocess.Popen([sys.executable, "-c", START_AND_WAIT], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, start_new_session=True)
+    assert p.stdout.readline().strip() == "started"
+    time.sleep(0.3)  # inside the children's start-up: a fresh interpreter each, importing for ~1 s
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    time.sleep(0.5)
+    assert p.returncode == 130 and err.strip() == "interrupted", err[-3000:]
+    assert not alive_in_group(p.pid)

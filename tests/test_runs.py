@@ -140,3 +140,20 @@ def test_resume_auto_before_the_first_checkpoint_restarts_that_run(tiny_model_pa
     assert {f: os.path.getmtime(out / f) for f in os.listdir(out)} == before
     code, err = cli(["--output-dir", str(out), "--resume", str(tmp_path / "nope")], capsys)
     assert code == 2 and err.strip() == f"error: --resume '{tmp_path / 'nope'}': does not exist"
+
+
+def test_extending_a_finished_run_keeps_every_evaluation(tiny_model_path, tmp_path):
+    """A finished 4-step run (evaluations at 0, 2 and the final 4, with avg@k) extended to 6 with --resume auto
+    --max-steps 6 = the uninterrupted 6-step run: evaluations at 0, 2, 4 (greedy, as a run of 6 has there) and 6, the
+    same rows; the same metrics; samples.jsonl holds each evaluation's completions once."""
+    args = ["--eval-every", "2", "--eval-samples", "2", "--save-every", "2", "--seed", "3"]
+    out, full = tmp_path / "run", tmp_path / "full"
+    run(tiny_model_path, out, "--max-steps", "4", *args)
+    assert [json.loads(line)["step"] for line in open(out / "evals.jsonl")] == [0, 2, 4]
+    extended = train.main(["--output-dir", str(out), "--resume", "auto", "--max-steps", "6"])
+    uninterrupted = run(tiny_model_path, full, "--max-steps", "6", *args)
+    assert strip_perf(extended) == strip_perf(uninterrupted)
+    rows = [[json.loads(line) for line in open(d / "evals.jsonl")] for d in (out, full)]
+    assert [r["step"] for r in rows[1]] == [0, 2, 4, 6] and rows[0] == rows[1]
+    samples = [[json.loads(line)["step"] for line in open(d / "samples.jsonl")] for d in (out, full)]
+    assert samples[0] == samples[1]
