@@ -59,6 +59,31 @@ def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
+def machine() -> dict:
+    """What a seeded run's numbers depend on besides the code and the flags: the CPU and the instruction set torch's
+    kernels use (ATEN_CPU_CAPABILITY chooses another: CPU kernels that differ in the last bits of a float change
+    sampled tokens, and the run from there), the torch build, its threads, the GPU. Recorded in every run directory
+    (config.json "machine") and results file, so that a figure can be checked on another machine knowingly."""
+    import platform
+
+    cpu, flags = platform.processor(), []
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and ":" in line:
+                    cpu = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and ":" in line:
+                    flags = line.split(":", 1)[1].split()
+                    break
+    except OSError:  # not Linux
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "isa": [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni",
+                                                                      "amx_bf16", "neon", "sve") if f in flags],
+            "kernels": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+
+
 class _LogLines:
     """A progress bar's output when stderr is a file or a pipe: each refresh one plain line (tqdm redraws its line
     with carriage returns, which a log file keeps as one unreadable line), none for the bar's clearing."""

@@ -1,11 +1,20 @@
-"""Train every recipe on the default task (CPU) and record one row each: greedy accuracy before / after, avg@k and
-pass@k at the recipe's decoding settings, wall time, and the metrics each technique adds (averaged over the run).
+"""Train every recipe on the default task (CPU), once per seed, and record one row each: greedy accuracy before /
+after, avg@k and pass@k at the recipe's decoding settings, wall time, and the metrics each technique adds (averaged
+over the run), per seed; the table shows the mean +- sd over the seeds.
+
+Why seeds: a seeded run is repeatable bit for bit on one machine (quiet or beside a busy process: tests/test_runs.py),
+but not across machines. CPU kernels for another instruction set (AVX-512 here, AVX2 or another vendor's CPU there;
+ATEN_CPU_CAPABILITY forces one) round the last bits of a float differently; a sampled token then differs, and the run
+from there, and dynamic sampling's refill rounds amplify it. So a single-seed figure cannot be checked on another
+machine; a mean +- sd over seeds can. Every row records the machine (runs.machine: CPU, ISA, torch's kernels, threads).
 
 The README's recipes table is generated from this script's results file, never typed: every row records the commit
-it was measured at, the command, the machine's load and the date.
+it was measured at, the command, the machine, its load and the date.
 
-    python bench/recipes.py                         # every recipe, 40 steps each -> bench/results/recipes.json
+    python bench/recipes.py                         # every recipe, seeds 0,1,2, 40 steps -> bench/results/recipes.json
     python bench/recipes.py --recipes dapo,c3po     # measure these rows again (the other rows are kept)
+    python bench/recipes.py --recipes dapo --seeds 0 --env ATEN_CPU_CAPABILITY=avx2   # another kernel path: a row
+                                                    # of its own ('dapo [ATEN_CPU_CAPABILITY=avx2]'), shown beside dapo's
     python bench/recipes.py --recipes mimo -- --threads 1   # after --: extra train.py flags (recorded in the row)
     python bench/recipes.py --table                 # print the README table from the results file (no training)
     python bench/recipes.py --update-readme         # write it into README.md, between its two marker lines
@@ -55,6 +64,8 @@ def measure(recipe: str, out: str, rest: list[str], at: str) -> dict:
     cfg = json.load(open(os.path.join(out, "config.json")))
     s = json.load(open(os.path.join(out, "summary.json")))
     evals = [json.loads(line) for line in open(os.path.join(out, "evals.jsonl"))]
+    import runs
+
     techniques = {}
     for k in COLUMNS:
         vals = [h[k] for h in hist if isinstance(h.get(k), (int, float))]
@@ -72,12 +83,24 @@ def measure(recipe: str, out: str, rest: list[str], at: str) -> dict:
             "avg_before": s.get(f"{name}avg@{k}_before"), "avg_after": s.get(f"{name}avg@{k}_after"),
             "pass_before": s.get(f"{name}pass@{k}_before"), "pass_after": s.get(f"{name}pass@{k}_after")}
     return {"recipe": recipe, "commit": at, "date": datetime.date.today().isoformat(),
-            "command": " ".join(["python train.py --recipe", recipe, *rest]), "steps": cfg["max_steps"],
+            "command": " ".join(["python train.py --recipe", recipe, *rest[:-2]]), "steps": cfg["max_steps"],
             "mu": cfg["epochs"] * cfg["batch_size"] // cfg["mini_batch_size"], "k": k,
             "eval_temperature": cfg["eval_temperature"], "eval_top_p": cfg["eval_top_p"],
             "eval_problems": s["eval_problems"], "wall_time_s": s["wall_time_s"], "tasks": per_task,
-            "techniques": techniques, "machine": {"cores": os.cpu_count(), "load_start": round(load0, 1),
-                                                   "load_end": round(os.getloadavg()[0], 1), "bench_s": round(time.time() - t0)}}
+            "techniques": techniques, "seed": cfg["seed"],
+            "machine": {**runs.machine(), "load_start": round(load0, 1), "load_end": round(os.getloadavg()[0], 1),
+                        "bench_s": round(time.time() - t0)}}
+
+
+def merge_seeds(runs_: list[dict], env: str = "") -> dict:
+    """One results row from a recipe's runs (one per seed): the settings they share, each run under "seeds"."""
+    first = runs_[0]
+    shared = {k: first[k] for k in ("commit", "date", "steps", "mu", "k", "eval_temperature", "eval_top_p", "eval_problems")}
+    command = first["command"] if not env else f"{env} {first['command']}"
+    return {"recipe": first["recipe"] + (f" [{env}]" if env else ""), **shared, "command": command + " --seed S",
+            "env": env, "machine": {k: v for k, v in first["machine"].items() if not k.startswith(("load", "bench"))},
+            "seeds": {str(r["seed"]): {k: r[k] for k in ("wall_time_s", "tasks", "techniques")} | {
+                "load": [r["machine"]["load_start"], r["machine"]["load_end"]]} for r in runs_}}
 
 
 def save(row: dict, RESULTS: str = RESULTS) -> None:
@@ -99,52 +122,81 @@ def f3(x) -> str:
     return f"{x:.3f}"
 
 
-def table(results: dict) -> str:
-    rows = list(results["rows"].values())
-    lines = ["| recipe | μ | greedy accuracy before → after | avg@k before → after (T, top-p) | pass@k before → after "
-             "| wall (s) | technique metrics (mean over steps) |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        if r.get("cells"):  # a row kept from an earlier measurement, as it was shown then (marked with its commit)
-            lines.append(f"| {r['recipe']} † | " + " | ".join(r["cells"]) + " |")
+def stat(xs: list[float]) -> tuple[float, float]:
+    """Mean and sample sd (0 for one value)."""
+    m = sum(xs) / len(xs)
+    return m, (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else 0.0
+
+
+def ms(xs: list[float]) -> str:
+    m, sd = stat(xs)
+    return f"{m:.3f} ± {sd:.3f}" if len(xs) > 1 else f3(m)
+
+
+def cells(r: dict) -> tuple[list[str], list[str], list[str], list[str]]:
+    """(greedy, avg@k, pass@k, technique metrics) of a row, each a mean (+- sd) over its seeds."""
+    seeds = list(r["seeds"].values())
+    tasks = list(seeds[0]["tasks"])
+    multi = len(tasks) > 1
+    greedy, avg, pas = [], [], []
+    for t in tasks:
+        name = f"{t} " if multi else ""
+        runs_ = [s["tasks"][t] for s in seeds]
+        before, after = [v["accuracy"][0][1] for v in runs_], [v["accuracy"][-1][1] for v in runs_]
+        greedy.append(f"{name}{f3(stat(before)[0])} → **{ms(after)}**")
+        if runs_[0]["avg_after"] is not None:
+            avg.append(f"{name}{f3(stat([v['avg_before'] for v in runs_])[0])} → {ms([v['avg_after'] for v in runs_])}")
+            pas.append(f"{name}{f3(stat([v['pass_before'] for v in runs_])[0])} → {ms([v['pass_after'] for v in runs_])}")
+    tech = []
+    for key, name in COLUMNS.items():
+        ms_ = [s["techniques"][key] for s in seeds if key in s["techniques"]]
+        if not ms_ or (key == "policy/clip_frac_low" and r["mu"] == 1):
             continue
-        multi = len(r["tasks"]) > 1
-        greedy, avg, pas = [], [], []
-        for t, v in r["tasks"].items():
-            name = f"{t} " if multi else ""
-            acc = [a for _, a in v["accuracy"]]
-            mid = [f"{a:.3f} (step {st})" for st, a in v["accuracy"][1:-1]] if multi else []
-            greedy.append(name + " → ".join([f3(acc[0]), *mid, f"**{f3(acc[-1])}**"]))
-            if v["avg_after"] is not None:
-                avg.append(f"{name}{f3(v['avg_before'])} → {f3(v['avg_after'])}")
-                pas.append(f"{name}{f3(v['pass_before'])} → {f3(v['pass_after'])}")
-        tech = []
-        for key, name in COLUMNS.items():
-            m = r["techniques"].get(key)
-            if m is None or (key == "policy/clip_frac_low" and r["mu"] == 1):
-                continue
-            extra = f" (last {m['last']:.3g})" if key in LAST else (
-                f" (non-zero on {m['nonzero']}/{m['steps']} steps)" if key == "policy/clip_frac_high" else "")
-            tech.append(f"{name} {m['mean']:.3g}{extra}")
+        mean = stat([m["mean"] for m in ms_])[0]
+        extra = f" (last {stat([m['last'] for m in ms_])[0]:.3g})" if key in LAST else (
+            f" (non-zero on {sum(m['nonzero'] for m in ms_)}/{sum(m['steps'] for m in ms_)} steps)"
+            if key == "policy/clip_frac_high" else "")
+        tech.append(f"{name} {mean:.3g}{extra}")
+    return greedy, avg, pas, tech
+
+
+def table(results: dict) -> str:
+    rows = [r for r in results["rows"].values() if not r.get("env")]
+    probes = [r for r in results["rows"].values() if r.get("env")]
+    lines = ["| recipe | μ | greedy accuracy before → after | avg@k before → after (T, top-p) | pass@k before → after "
+             "| wall (s) | technique metrics (mean over steps and seeds) |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        greedy, avg, pas, tech = cells(r)
         settings = f" (avg@{r['k']}, pass@{r['k']}; T {r['eval_temperature']}, top-p {r['eval_top_p']})" if avg else ""
+        wall = stat([s["wall_time_s"] for s in r["seeds"].values()])[0]
         lines.append(f"| {r['recipe']} | {r['mu']} | {'; '.join(greedy)} | {', '.join(avg) or '–'}{settings} | "
-                     f"{', '.join(pas) or '–'} | {r['wall_time_s']:.0f} | {', '.join(tech) or '–'} |")
-    old, rows = [r for r in rows if r.get("cells")], [r for r in rows if not r.get("cells")]
+                     f"{', '.join(pas) or '–'} | {wall:.0f} | {', '.join(tech) or '–'} |")
     lines.append("")
     if rows:
         commits = sorted({r["commit"] for r in rows})
         dates = sorted({r["date"] for r in rows})
-        loads = [v for r in rows for v in (r["machine"]["load_start"], r["machine"]["load_end"])]
-        cmds = sorted({" ".join(r["command"].split()[4:]) for r in rows} - {""})
+        seeds = sorted({", ".join(r["seeds"]) for r in rows})
+        loads = [v for r in rows for s in r["seeds"].values() for v in s["load"]]
+        cmds = sorted({" ".join(r["command"].split()[4:-2]) for r in rows} - {""})
+        m = rows[0]["machine"]
         lines.append(f"Measured with `python bench/recipes.py` ({rows[0]['steps']} steps each, {rows[0]['eval_problems']} "
-                     f"held-out problems{'' if not cmds else ', extra flags ' + '; '.join(f'`{c}`' for c in cmds)}; CPU, "
-                     f"one seed, {rows[0]['machine']['cores']} cores shared with other jobs, load {min(loads):.0f}–"
-                     f"{max(loads):.0f}, so the wall times are inflated) at commit {', '.join(commits)} on "
-                     f"{', '.join(dates)}; `bench/results/recipes.json` holds every figure.")
-    if old:
-        lines.append(f"† {', '.join(r['recipe'] for r in old)}: measured at commit "
-                     f"{', '.join(sorted({r['commit'] for r in old}))} ({', '.join(sorted({r['date'] for r in old}))}; "
-                     f"{old[0].get('note', '')}), not measured again since; `python bench/recipes.py --recipes "
-                     f"{','.join(r['recipe'] for r in old)}` measures them on the current code.")
+                     f"held-out problems{'' if not cmds else ', extra flags ' + '; '.join(f'`{c}`' for c in cmds)}; "
+                     f"seeds {' / '.join(seeds)}: mean ± sd over the seeds) at commit {', '.join(commits)} on "
+                     f"{', '.join(dates)}, on {m['cpu']} ({m['cores']} cores, torch {m['torch']}, {m['kernels']} "
+                     f"kernels, {m['threads']} thread per run; load {min(loads):.0f}–{max(loads):.0f}: the wall times "
+                     f"are inflated); `bench/results/recipes.json` holds every figure.")
+    for p in probes:  # the same recipe on another kernel path: where it lands against the seeds' spread
+        base = results["rows"].get(p["recipe"].split(" [")[0])
+        if base is None:
+            continue
+        got = [s["tasks"][t]["accuracy"][-1][1] for s in p["seeds"].values() for t in s["tasks"]]
+        want = [s["tasks"][t]["accuracy"][-1][1] for s in base["seeds"].values() for t in s["tasks"]]
+        m, sd = stat(want)
+        inside = all(abs(g - m) <= 2 * sd for g in got)
+        lines.append(f"Another kernel path: `{p['command'].replace(' --seed S', '')} --seed "
+                     f"{'/'.join(p['seeds'])}` ({p['machine']['kernels']} kernels) ends at greedy "
+                     f"{', '.join(f3(g) for g in got)}: {'inside' if inside else 'outside'} the seeds' mean ± 2 sd "
+                     f"({m:.3f} ± {2 * sd:.3f}).")
     return "\n".join(lines)
 
 
@@ -161,6 +213,9 @@ def update_readme(path: str = os.path.join(ROOT, "README.md")) -> None:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--recipes", default=",".join(ORDER))
+    ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, one run each (default: 0,1,2)")
+    ap.add_argument("--env", default="", help="NAME=VALUE set for the runs (e.g. ATEN_CPU_CAPABILITY=avx2: another "
+                                              "kernel path); recorded as a row of its own")
     ap.add_argument("--out", default="runs/bench_recipes", help="the runs' directories (one per recipe)")
     ap.add_argument("--table", action="store_true", help="print the table from the results file; no training")
     ap.add_argument("--update-readme", action="store_true", help="write the table into README.md; no training")
@@ -172,11 +227,21 @@ def main():
             update_readme()
         print(table(json.load(open(a.results))))
         return
+    if a.env:
+        name, _, value = a.env.partition("=")
+        if os.environ.get(name) != value:  # read when torch is imported: this process again, with it set
+            os.execvpe(sys.executable, [sys.executable, *sys.argv], {**os.environ, name: value})
     at = commit()  # before train.py is imported: the code measured
     for r in a.recipes.split(","):
-        row = measure(r, os.path.join(a.out, r), a.rest, at)
+        runs_ = []
+        for seed in a.seeds.split(","):
+            tag = f"-seed{seed}" + (f"-{a.env.replace('=', '-')}" if a.env else "")
+            runs_.append(measure(r, os.path.join(a.out, r + tag), [*a.rest, "--seed", seed], at))
+            print(f"{r} seed {seed}: greedy {runs_[-1]['tasks'][next(iter(runs_[-1]['tasks']))]['accuracy'][-1][1]:.3f}",
+                  flush=True)
+        row = merge_seeds(runs_, a.env)
         save(row, a.results)
-        print(f"{r}: written to {a.results}", flush=True)
+        print(f"{row['recipe']}: written to {a.results}", flush=True)
     print(table(json.load(open(a.results))))
 
 

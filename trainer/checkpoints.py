@@ -54,7 +54,8 @@ def start_run_dir(run, model_path: str) -> None:
     if cfg.overwrite and not cfg.resume:
         runs.clear_run(cfg.output_dir)
     os.makedirs(cfg.output_dir, exist_ok=True)
-    runs.write_run_config(os.path.join(cfg.output_dir, "config.json"), {**dataclasses.asdict(cfg), "model": model_path})
+    runs.write_run_config(os.path.join(cfg.output_dir, "config.json"), {**dataclasses.asdict(cfg), "model": model_path,
+                                                                          "machine": runs.machine()})
     with open(os.path.join(cfg.output_dir, "metrics.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in run.history)
     with open(os.path.join(cfg.output_dir, "evals.jsonl"), "w") as f:
