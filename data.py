@@ -88,8 +88,8 @@ def cli(main, argv=None) -> int:
     import signal
 
     try:
-        main() if argv is None else main(argv)
-        return 0
+        rc = main() if argv is None else main(argv)
+        return rc if type(rc) is int else 0  # a main that returns its exit code (the tools) keeps it
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the one line, not a traceback from a second Ctrl-C
         print(f"interrupted ({os.path.basename(sys.argv[0]) or 'python'}): nothing more was written", file=sys.stderr)

@@ -165,7 +165,9 @@ def problem(r: dict, require_gpu: bool) -> str | None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.check_install", description=__doc__.split("\n\n")[0])
+    import data
+
+    ap = data.ArgParser(prog="-m tools.check_install", description=__doc__.split("\n\n")[0])
     ap.add_argument("--require-gpu", "--gpu", action="store_true",
                     help="fail unless torch is a CUDA build, a GPU is visible and the CUDA vLLM imports")
     ap.add_argument("--no-vllm-import", action="store_true", help="report vLLM's distribution without importing it (~10 s)")
@@ -180,4 +182,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import data
+
+    sys.exit(data.cli(main))

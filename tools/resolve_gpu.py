@@ -10,7 +10,8 @@ left out (PIP_CONFIG_FILE=/dev/null, no PIP_* settings but the certificate and t
 fresh virtual environment on a GPU node sees it. `--platform` lists every manylinux tag up to the glibc given: pip
 matches the tags literally. Prints the versions of torch, vllm, transformers, accelerate, peft, triton, flashinfer,
 the CUDA release torch's wheel requires (its `cuda-toolkit` / `nvidia-*-cuXX` requirements) and the time; exits 2 with
-pip's own error line when the set does not resolve.
+pip's own error line when the set does not resolve, and first checks its own pip (>= 23.3: the pip 23.2.1 that a fresh
+Python 3.11 venv brings refuses the dry run's platform options, which says nothing about the set).
 """
 from __future__ import annotations
 
@@ -76,13 +77,31 @@ def cuda_release(torch_req: list[str]) -> str | None:
     return None
 
 
+MIN_PIP = (23, 3)  # the first pip that takes --platform with --dry-run without --target (23.2.1, what a Python 3.11
+# venv brings, refuses: "Can not use any platform or abi specific options unless installing via '--target'")
+
+
+def pip_version() -> tuple[int, ...]:
+    r = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, text=True)
+    m = re.match(r"pip (\d+)\.(\d+)", r.stdout)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.resolve_gpu", description=__doc__.split("\n\n")[0])
+    import data
+
+    ap = data.ArgParser(prog="-m tools.resolve_gpu", description=__doc__.split("\n\n")[0])
     ap.add_argument("--extra", default="gpu", help="the project's extra(s) to resolve (default: gpu)")
     ap.add_argument("--python", default="3.11", help="target Python version (vLLM 0.32.0 needs >= 3.11)")
     ap.add_argument("--glibc", default="2.35", help="target glibc (2.35: Ubuntu 22.04; llguidance 1.7 needs >= 2.31)")
     ap.add_argument("--report", default="", help="keep pip's JSON report here (default: a temporary file)")
     args = ap.parse_args(argv)
+    if not re.fullmatch(r"2\.\d+", args.glibc):
+        raise SystemExit(f"error: --glibc {args.glibc!r}: a glibc version such as 2.35")
+    if pip_version() < MIN_PIP:
+        raise SystemExit(f"error: this environment's pip is {'.'.join(map(str, pip_version()))}; the dry run needs pip >= "
+                         f"{'.'.join(map(str, MIN_PIP))} (older ones refuse --platform without --target): python -m pip "
+                         "install --upgrade pip, then run this again")
     report = args.report or os.path.join(tempfile.mkdtemp(prefix="resolve-gpu-"), "report.json")
     print(f"resolving grpo-recipes[{args.extra}] for Linux x86-64, Python {args.python}, glibc {args.glibc}, "
           "wheels only, PyPI only (pip --dry-run) ...", flush=True)
@@ -106,4 +125,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import data
+
+    sys.exit(data.cli(main))
