@@ -224,6 +224,23 @@ def test_decoupled_loss_options_by_hand(key, monkeypatch):
                 assert got[i, t].item() == pytest.approx(want[i][t], abs=1e-12), (i, t)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_tis_weight_exactly_at_the_cap_is_kept(dtype):
+    """Only a weight ABOVE the cap is truncated or dropped: one exactly at C is the plain ratio C in both modes
+    ("weights at or below the cap are the plain ratio in both", rollout.tis_weights)."""
+    trainer = torch.tensor([[0.0, 0.3, -0.2, 0.9]], dtype=dtype)
+    engine = torch.tensor([[0.0, 0.0, 0.0, 0.0]], dtype=dtype)
+    mask = torch.ones(1, 4)
+    w = torch.exp(trainer - engine)  # the weights tis_weights computes
+    for cap in (1.0, w[0, 1].item()):  # exactly the weight of token 0, then of token 1
+        for mode in ("truncate", "mask"):
+            got = rollout.tis_weights(trainer, engine, mask, cap, mode)
+            at = w[0] == cap
+            assert at.sum() == 1 and torch.equal(got[0][at], w[0][at]), (cap, mode)
+            above = w[0] > cap
+            assert torch.equal(got[0][above], torch.full_like(got[0][above], cap if mode == "truncate" else 0.0))
+
+
 def test_tis_modes_and_dual_clip_units():
     prox, _, behav, mask, adv = _decoupled_case()
     w_t = rollout.tis_weights(prox, behav, mask, 2.0)
