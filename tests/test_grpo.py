@@ -121,7 +121,7 @@ def test_aggregation_modes_hand():
 
 @pytest.mark.parametrize("mode", ["seq-mean-token-mean", "seq-mean-token-sum"])
 def test_fully_masked_rows_leave_the_sequence_mean(mode):
-    # row 1 is fully masked (overlong filter): the mean is over rows 0 and 2 (verl), not over 3 rows (TRL)
+    # row 1 is fully masked (overlong filter): the mean is over rows 0 and 2, not over 3 rows (TRL; verl's trainer)
     import c3po
     import dapo
     import entropy
@@ -207,3 +207,70 @@ def test_token_weights_scale_the_surrogate_not_the_kl():
         z, _ = grpo.policy_loss(logp, logp.detach(), adv, mask, ref, kl_coef=0.1, loss_agg=agg, token_weights=torch.zeros(N, T))
         d = (ref - logp).double()
         assert math.isclose(z.item(), 0.1 * _reduce_by_hand(d.exp() - d - 1, mask, agg).item(), rel_tol=1e-6)
+
+
+# verl's agg_loss (verl-project/verl 1dda039, 2026-08-22, verl/trainer/ppo/core_algos.py) for the sequence means,
+# transcribed line for line with verl_F.masked_sum (verl/utils/torch_functional.py); dp_size 1
+def _verl_masked_sum(values, mask, axis=None):
+    valid_values = torch.where(mask.bool(), values, 0.0)
+    return (valid_values * mask).sum(axis=axis)
+
+
+def _verl_agg_loss(loss_mat, loss_mask, loss_agg_mode, dp_size=1, global_batch_size=None):
+    if loss_agg_mode == "seq-mean-token-sum":
+        seq_losses = torch.sum(loss_mat * loss_mask, dim=-1)  # token-sum
+        seq_mask = (torch.sum(loss_mask, dim=-1) > 0).float()  # exclude fully masked sequences
+        if global_batch_size is None:
+            global_batch_size = seq_mask.sum()
+        return _verl_masked_sum(seq_losses, seq_mask) / global_batch_size * dp_size  # seq-mean
+    assert loss_agg_mode == "seq-mean-token-mean"
+    seq_mask = torch.sum(loss_mask, dim=-1)  # per-sequence token count
+    seq_losses = torch.sum(loss_mat * loss_mask, dim=-1) / (seq_mask + 1e-8)  # token-mean
+    seq_mask = (seq_mask > 0).float()  # exclude fully masked sequences
+    if global_batch_size is None:
+        global_batch_size = seq_mask.sum()
+    return _verl_masked_sum(seq_losses, seq_mask) / global_batch_size * dp_size  # seq-mean
+
+
+def test_verl_sequence_mean_counts_every_row_of_a_split_mini_batch():
+    """grpo.py's module docstring: with no global batch size verl counts the non-empty rows, as the project does; its
+    trainer passes global_batch_size = every row of the mini-batch, so an emptied row stays in verl's divisor.
+    Two rows, one emptied (the overlong filter), the other's token loss -1: verl -0.5, the project -1.0."""
+    loss = torch.tensor([[-1.0, -1.0], [5.0, 5.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True], [False, False]])  # verl's ppo_loss passes response_mask.to(bool)
+    assert _verl_agg_loss(loss, mask, "seq-mean-token-mean", global_batch_size=2).item() == -0.5
+    assert _verl_agg_loss(loss, mask, "seq-mean-token-mean").item() == -1.0  # no global batch info: non-empty rows
+    assert grpo.aggregate(loss, mask, "seq-mean-token-mean").item() == -1.0
+    assert grpo.aggregate(loss, mask, "seq-mean-token-mean", num_seqs=2).item() == -0.5  # verl's divisor, passed in
+
+
+@pytest.mark.parametrize("mode", ["seq-mean-token-mean", "seq-mean-token-sum"])
+def test_verl_micro_batched_sequence_mean_float64(mode):
+    """Random float64 mini-batches cut into micro-batches, verl's per-micro-batch losses summed (its gradient
+    accumulation): equal to the project's aggregate with num_seqs = all rows (verl) and with the non-empty count
+    (the project) exactly when no row is empty; with an emptied row the two differ by the factor rows / non-empty."""
+    g = torch.Generator().manual_seed(0)
+    for trial in range(20):
+        n, T = 8, 6
+        loss = torch.randn(n, T, generator=g, dtype=torch.float64)
+        mask = torch.arange(T) < torch.randint(1, T + 1, (n, 1), generator=g)  # bool, every row non-empty
+        if trial % 2:
+            mask[torch.randperm(n, generator=g)[: 1 + trial % 3]] = False  # the overlong filter empties 1-3 rows
+        verl = sum(_verl_agg_loss(loss[i : i + 4], mask[i : i + 4], mode, global_batch_size=n) for i in range(0, n, 4))
+        nonempty = int(mask.any(-1).sum())
+        ours = sum(grpo.aggregate(loss[i : i + 4], mask[i : i + 4], mode, num_seqs=nonempty) for i in range(0, n, 4))
+        assert verl.item() == pytest.approx(grpo.aggregate(loss, mask, mode, num_seqs=n).item(), abs=1e-12)
+        assert ours.item() == pytest.approx(grpo.aggregate(loss, mask, mode).item(), abs=1e-12)
+        assert verl.item() == pytest.approx(ours.item() * nonempty / n, abs=1e-12)
+        assert (verl.item() == pytest.approx(ours.item(), abs=1e-12)) == (nonempty == n)
+
+
+def test_verl_row_divisor_plus_1e8_rounds_away():
+    """verl divides each row by its token count + 1e-8; with its bool mask the count is int64, and int64 + 1e-8 is a
+    float32 that is the count again: the row means are the project's, exactly."""
+    g = torch.Generator().manual_seed(1)
+    loss = torch.randn(6, 9, generator=g, dtype=torch.float64)
+    mask = torch.arange(9) < torch.tensor([[9], [1], [4], [7], [2], [5]])
+    assert torch.equal(mask.sum(-1) + 1e-8, mask.sum(-1).float())
+    agg = "seq-mean-token-mean"
+    assert _verl_agg_loss(loss, mask, agg).item() == grpo.aggregate(loss, mask, agg).item()
