@@ -13,6 +13,8 @@ carries the version that produced it (`Pending.version`). Weights are handed ove
 producer has finished its batch, so a batch never mixes versions, and dynamic sampling's rounds (DAPO) and MiMo's
 easy pool run inside the producer on one version.
 
+Peer code, as read: verl = verl-project/verl 1dda039 (2026-08-22); AReaL = areal-project/AReaL cbff54d (2026-08-22)
+unless a date says otherwise; TRL = huggingface/trl f2cd577 (2026-07-24).
 The loss stays correct off-policy with the decoupled objective of AReaL ("decoupled PPO"), which is also verl's
 rollout correction in its *decoupled* mode with token-level IS (`RolloutCorrectionConfig.decoupled_token_is`). Three
 policies: pi_behav, the producer's theta_{k-1} that sampled the batch; pi_prox, the trainer's own weights at the start
@@ -26,10 +28,13 @@ What happens above the cap is the choice the two peers make differently (`--tis-
   truncate  (default) w = min(w, C): verl's decoupled token-level IS (rollout_corr_helper's
             compute_rollout_correction_weights clamps at rollout_is_threshold, 2.0 by default, then
             compute_policy_loss_vanilla multiplies the loss by it); TRL's token_truncate; AReaL's action='clamp'.
-  mask      w = 0 above C, the token still counted in the denominators: AReaL's ppo_actor_loss_fn with a
-            behav_imp_weight_cap (its default was 5.0 with token masking), and its newer rejection-sampling config
-            (level='token', action='mask', metric='ratio', upper=C; 'mask' is that config's default action, and
-            AReaL applies no behaviour weight at all when no rejection sampling is configured).
+  mask      w = 0 above C, the token still counted in the denominators: AReaL's ppo_actor_loss_fn with a cap, and
+            its rejection-sampling config (level='token', action='mask', metric='ratio', upper=C). AReaL's defaults
+            by date: `behav_imp_weight_cap` defaulted to None, the raw weight uncapped (2025-05-30 to 2026-03-02);
+            the renamed `behave_imp_weight_cap` / `behave_imp_weight_mode` defaulted to 5.0 / 'token_mask'
+            (2026-03-03 to 2026-04-20); since then (`rejection_sampling`, bc9f009) rejection_sampling defaults to
+            None, and AReaL then applies no behaviour weight at all; a configured one defaults to action='mask',
+            upper=5.0.
 Truncation is the default: it keeps every sampled token's gradient with a bounded weight, is verl's preset, and is
 what the project computed before the choice existed (its pinned runs); AReaL's masking is one flag away.
 Dual clip (`--dual-clip C`, grpo.dual_clip): verl's compute_policy_loss_vanilla bounds the loss of a negative
@@ -39,13 +44,20 @@ update per rollout (mu = 1) r_t = 1 exactly, so the dual clip never binds: only 
 verl's *bypass* mode (compute_policy_loss_bypass_mode) is a different objective: no proximal policy, the clip acts on
 pi_theta / pi_behav directly and no weight is applied; the project does not offer it.
 Where the project still departs from the peers, with both options set to theirs (tests/test_async_rollout.py):
-  * aggregation: AReaL divides by the micro-batch's token count (weighted into a global token mean); verl's
-    seq-mean-token-mean divides each row by its token count + 1e-8, the project by the count itself (a relative
-    1e-8 / n difference, n the row's tokens); token-mean and the sequence counts are global here as in verl.
+  * aggregation: AReaL divides by the micro-batch's token count (weighted into a global token mean); token-mean is
+    global here as in verl. The sequence count is global in both, but verl's trainer counts every row of the
+    mini-batch and the project only the rows with a token in the loss (grpo.py's module docstring: they differ when
+    the overlong filter empties a row). verl's agg_loss divides each row by its token count + 1e-8, which changes
+    nothing in verl's own path: ppo_loss passes a bool mask, whose int64 row count + 1e-8 is a float32 that rounds
+    back to the count (tested), so verl divides by the count itself, as the project does.
   * verl clamps log(pi_theta / pi_prox) and log(pi_prox / pi_behav) to +-20 before exponentiating; the project does
     not (the two differ only for ratios beyond e^20, which the clip and the cap make irrelevant except as overflow).
+  * AReaL computes the weight and its cap test in float32 (apply_rejection_sampling upcasts the log-probs with
+    .float()); the project in the log-probs' dtype (float32 in train.py, float64 in the tests), so a weight within
+    float32 rounding of C can land on the other side of the cap there.
   * AReaL's sequence-level weights and rejection (level='sequence', geometric means, KL metrics) and verl's
-    rollout_rs rejection filters are not offered; nor is AReaL's cap default (5.0): the project's is verl's 2.0.
+    rollout_rs rejection filters are not offered; nor is AReaL's cap of 5.0 (the default `upper` of its
+    rejection-sampling config): the project's default cap is verl's rollout_is_threshold, 2.0.
 pi_behav is the sampler's own log-prob of each token (the fast engine reads it off the logits it samples
 from, `Completion.logprobs`, as AReaL and verl take the inference engine's): the distribution the token was really
 drawn from, equal to a forward pass of the producer's weights to float rounding (~1e-6; tested). The hf engine

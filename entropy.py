@@ -56,7 +56,7 @@ def aggregate(
         per_seq = per_seq / mask.sum(-1).clamp(min=1)
     elif mode != "seq-mean-token-sum":
         raise ValueError(f"unknown loss aggregation {mode!r}")
-    denom = num_seqs if num_seqs is not None else (mask.sum(-1) > 0).sum().clamp(min=1)  # non-empty rows (verl)
+    denom = num_seqs if num_seqs is not None else (mask.sum(-1) > 0).sum().clamp(min=1)  # non-empty rows
     return per_seq.sum() / denom
 
 

@@ -24,7 +24,8 @@ Symbol table (B prompts, G samples per prompt, N = B*G responses, T response tok
     tau               temperature                 float     the sampling temperature; logits are divided by it
 
 Where the code departs from (or chooses within) the paper:
-  * std is the unbiased (N-1) sample std plus eps=1e-6, as verl and Skywork-OR1's code do; no paper says
+  * std is the unbiased (N-1) sample std plus eps=1e-6, as verl's (1dda039, 2026-08-22, compute_grpo_outcome_advantage)
+    and Skywork-OR1's code do; no paper says
     which. A group whose rewards are all equal gets exactly A = 0 on every token, never NaN and never the
     rounding error of R - mean(R) (in float32 a group of 0.7s gave +0.06 after dividing by std + 1e-6).
     Mean and std are computed in float64 and the advantages returned in float32 (the loss's dtype). `scale_by_std=False`
@@ -36,11 +37,24 @@ Where the code departs from (or chooses within) the paper:
     (1/G sum_i 1/|o_i| sum_t). Its denominators can be passed in (`num_seqs`, `num_tokens`) so that a
     mini-batch split into micro-batches, or across processes, is normalised once, globally. The sequence mean is
     over responses with at least one token in the loss: a response whose tokens are all masked (DAPO's overlong
-    filter, C3PO's budget) is left out of the numerator and the denominator, as verl's agg_loss does; TRL divides
-    by all rows (the masked ones count as zero loss, scaling the others' gradient down).
+    filter, C3PO's budget) is left out of the numerator and the denominator, at every split (train.py counts the
+    mini-batch's non-empty rows). The peers, read in their code (verl-project/verl 1dda039, 2026-08-22;
+    huggingface/trl f2cd577, 2026-07-24), count rows differently:
+      - verl's agg_loss counts the same non-empty rows only when it is given no global batch size (one micro-batch,
+        one process). Its trainer gives one: global_batch_size = ppo_mini_batch_size x rollout.n, every row of the
+        mini-batch (ray_trainer.py -> workers/utils/losses.py ppo_loss -> agg_loss, `masked_sum(seq_losses,
+        seq_mask) / global_batch_size`), so in that path an emptied row stays in the divisor. Two rows, one emptied,
+        the other's loss -1: verl -0.5, the project -1.0; verl's value is `aggregate` with num_seqs = all rows
+        (tests/test_grpo.py, verl's formula transcribed, float64).
+      - TRL's `grpo` loss averages the row means over all rows of each micro-batch, the emptied ones as zeros.
+    The project keeps the non-empty count, and it is the default because an emptied response then changes nothing:
+    the loss and gradient are those of the batch without it, as in verl's own unsplit call. Counting every row
+    instead scales the other responses' gradient by the fraction of rows left, a step size that moves with how many
+    responses the overlong filter emptied. (C3PO's `budget` mode divides by Phi, whatever the rows.)
   * KL uses the k3 estimator in the loss (not in the reward), as DeepSeekMath Eq. 4.
-  * No dual clip by default (`dual_clip_c`, `--dual-clip C`): none of the five papers uses one; verl applies it
-    always (clip_ratio_c 3.0; its DAPO scripts 10.0). With one update per rollout the ratio is 1 and it never binds.
+  * No dual clip by default (`dual_clip_c`, `--dual-clip C`): none of the five papers uses one; verl (1dda039,
+    2026-08-22) applies it always (clip_ratio_c 3.0; the DAPO scripts of verl-project/verl-recipe 48ea0a7, 2026-08-05,
+    set 10.0). With one update per rollout the ratio is 1 and it never binds.
   * Log-probs and entropy are computed from logits / temperature (Skywork-OR1's dp_actor does this), so
     they are the log-probs of the distribution the engine actually sampled from.
 """
@@ -107,8 +121,9 @@ def clipped_surrogate(logp, old_logp, advantages, clip_low: float = 0.2, clip_hi
 def dual_clip(loss_tok: torch.Tensor, advantages: torch.Tensor, c: float):
     """Dual-clip PPO (Ye et al. 2020, arXiv 1912.09729) on a per-token clipped loss (N, T): for A < 0 the loss is
     at most c * |A|, so a ratio far above 1 + eps on a negative advantage cannot push the loss up without bound.
-    verl's compute_policy_loss_vanilla (clip_ratio_c, 3.0 by default, always on) and AReaL's ppo_actor_loss_fn
-    (c_clip, off by default). Returns the loss and where the bound is active, (N, T) bool."""
+    verl's compute_policy_loss_vanilla (clip_ratio_c, 3.0 by default, always on; 1dda039, 2026-08-22) and AReaL's
+    ppo_actor_loss_fn (c_clip, off by default; cbff54d, 2026-08-22). Returns the loss and where the bound is active,
+    (N, T) bool."""
     if not c > 1:
         raise ValueError(f"the dual-clip constant must be > 1, got {c}")
     adv = advantages.unsqueeze(-1).to(loss_tok.dtype).expand_as(loss_tok)  # (N, T)
@@ -125,7 +140,9 @@ def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: f
     seq-mean-token-sum   1/num_seqs  * sum_i sum_t m_it l_it                  Dr. GRPO-style (no length normaliser)
     num_seqs / num_tokens default to this tensor's own counts; pass the mini-batch totals when it is a micro-batch.
     num_seqs counts the NON-EMPTY rows: a fully masked row (DAPO's overlong filter, C3PO's budget) leaves the loss and
-    the mean, as verl's agg_loss does (seq_mask); TRL divides by all rows, which shrinks the others' gradient.
+    the mean. verl (1dda039, 2026-08-22) counts them only when given no global batch size; its trainer divides by
+    every row of the mini-batch (num_seqs = all rows gives its number), and TRL (f2cd577, 2026-07-24) by all rows of
+    the micro-batch: both shrink the others' gradient (grpo.py's module docstring).
     """
     mask = mask.to(loss_tok.dtype)
     if mode == "token-mean":
@@ -136,7 +153,7 @@ def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: f
         per_seq = per_seq / mask.sum(-1).clamp(min=1)
     elif mode != "seq-mean-token-sum":
         raise ValueError(f"unknown loss aggregation {mode!r}; expected one of {LOSS_AGG}")
-    denom = num_seqs if num_seqs is not None else (mask.sum(-1) > 0).sum().clamp(min=1)  # non-empty rows (verl)
+    denom = num_seqs if num_seqs is not None else (mask.sum(-1) > 0).sum().clamp(min=1)  # non-empty rows
     return per_seq.sum() / denom
 
 

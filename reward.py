@@ -4,7 +4,8 @@ math-verify as the equivalence checker, under a hard wall-time bound per complet
 Modes (MathReward(mode=...); `--reward` in train.py)
   math         (default) the final answer wherever a careful grader looks, in the text after the thought ("Thoughts"
                below: after the last `</think>`; nothing when a thought never closes):
-                 1. the last *answer statement* wins: a `\\boxed{}` / `\\fbox{}`, an "Answer: X" / "Final Answer: X"
+                 1. the last *answer statement* wins: a `\\boxed{}` / `\\fbox{}` (also one the math closed before
+                    the box did, `$\\boxed{5$`: its content up to that `$`), an "Answer: X" / "Final Answer: X"
                     line, a line "**Final Answer**" followed by the answer, "the (final) answer is X", "#### X".
                     So a box followed by "wait, that's wrong ... the answer is 9" is graded on 9, and an
                     intermediate box followed by "Final Answer: 15" on 15.
@@ -16,9 +17,18 @@ Modes (MathReward(mode=...); `--reward` in train.py)
                     "Answer: 7 (or possibly 8)") score wrong even when one of them is right, unless together they
                     are the gold answer (gold "\\pm 2", answer "\\boxed{2} or \\boxed{-2}").
                  4. no statement at all: the answer in prose, from the last sentence that holds a number or a formula
-                    ("...so she has 12 apples in total."): the value after "is / are / equals", else the last
-                    formula's right-hand side, else the last number.
-               Rules 1-4 are this project's reading of what a grader does; math-verify's default extraction (which
+                    ("...so she has 12 apples in total."): the value after "is / are / equals / has / takes ...",
+                    else the last formula's right-hand side, else the last number. A sentence whose answer is none
+                    of these ("she ends up with 12 apples after giving 3 away") is missed: which of its numbers
+                    answers the question needs the question, and a wider guess would reward wrong numbers.
+                    An answer line written as a sentence ("Answer: the price is 7,5 €") is read the same way.
+                 5. a response cut off by the length limit: the reward reads text only, so "cut off" means a text
+                    whose last sentence is unfinished (it does not end in . ! or ?, then only closing marks). Such a
+                    text has no prose answer (rule 4): an expression in its last line that equals the gold
+                    ("... = 7$ and then we multiply by the") scores wrong. An answer statement or box written before
+                    the cut still counts (rules 1-3), and a box the cut interrupts is no answer. A cut that happens
+                    to fall at the end of a sentence cannot be told from a finished response.
+               Rules 1-5 are this project's reading of what a grader does; math-verify's default extraction (which
                Skywork-OR1's released verifier calls) takes the box first and else the last expression, and does
                not see hedges or retractions.
   math-strict  boxed-only, the format requirement of Skywork-OR1 (its verifier's format rule, Sec. 7.1): the last box
@@ -53,11 +63,13 @@ the whole text when there is no `</think>`, which grades a cut-off thought: the 
 
 Equivalence (every mode): both answers are normalised, then compared by math-verify with the gold answer wrapped in
 `\\boxed{}` ("a crucial step", Skywork-OR1 Sec. 7.1). Normalisations math-verify lacks:
-  * thousands separators written with LaTeX spacing (`1\\,234`, `1\\;234`, `1~234`, `1\\ 234`, `1 000 000`);
+  * thousands separators written with LaTeX spacing (`1\\,234`, `1\\;234`, `1~234`, `1\\ 234`, `1 000 000`,
+    `11,\\! 111,\\! 100`);
   * a comma between digits: d,ddd groups are thousands; otherwise "3,5" is the decimal 3.5 (the decimal comma of most
     of Europe) when the gold is one value and the words before the answer do not announce several ("the solutions
     are 1,5" is the list 1, 5), and the list 3, 5 against a list gold;
-  * a currency sign in front (`\\$`, `\\text{\\$}`, `€`, `£`) and a unit word after ("12.50 dollars");
+  * a currency sign in front (`\\$`, `\\text{\\$}`, `€`, `£`) or after ("12 €"), and a unit word after
+    ("12.50 dollars");
   * e-notation: `1.5e-3` as `1.5\\times10^{-3}` (`3e` stays Euler's number times 3);
   * a percent against the bare number MATH writes as the gold of a percent question: `2.5\\%` for 2.5 (as `28\\%`
     for 28), while `0.025` stays wrong for 2.5 (the grader never sees the question);
@@ -144,6 +156,20 @@ _BOX_BARE = re.compile(r"\\boxed[ \t]+([^\s${}]+)")  # LaTeX's brace-less argume
 _BRACE = re.compile(r"(?<!\\)[{}]")  # \{ \} are literal braces (set notation), not groups
 
 
+def _split_box_end(text: str, j: int) -> int | None:
+    """A box whose `{` (at j) never closes but whose math does: the `$` that ends it on the same line, with every
+    brace between matched (`$\\boxed{\\frac{1}{2}$`); None otherwise (a box cut off mid-answer stays unfinished)."""
+    k = text.find("$", j, j + MAX_LINE)
+    if k < 0 or "\n" in text[j:k]:
+        return None
+    depth = 0
+    for m in _BRACE.finditer(text, j + 1, k):
+        depth += 1 if m.group() == "{" else -1
+        if depth < 0:
+            return None
+    return k if depth == 0 and text[j + 1 : k].strip() else None
+
+
 def find_boxes(text: str) -> list[tuple[int, int, str]]:
     """Every outermost \\boxed{...} / \\fbox{...} as (start, end, content), in order. Linear time: braces are matched
     once with a stack, so 10k nested braces or 100k unclosed boxes cost one pass."""
@@ -160,6 +186,8 @@ def find_boxes(text: str) -> list[tuple[int, int, str]]:
         j = m.end() - 1
         if j in close_of:
             found.append((m.start(), close_of[j] + 1, text[j + 1 : close_of[j]]))
+        elif (k := _split_box_end(text, j)) is not None:  # "$\\boxed{5$.": the math closed before the box did
+            found.append((m.start(), k, text[j + 1 : k]))
     found += [(m.start(), m.end(), m.group(1)) for m in _BOX_BARE.finditer(text)]
     found.sort()
     out, end = [], -1
@@ -187,6 +215,7 @@ _NOT_AN_ANSWER = re.compile(r"(?i)(?:as\s+)?(?:correct|right|wrong|incorrect|con
                             r"unchanged|the same|this|that)\b")
 _VALUE = re.compile(r"\$[^$\n]{1,300}\$|[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
 _SENTENCE_END = re.compile(r"\.(?:\s|$)|\bI hope\b")
+_WORD = re.compile(r"[a-zA-Z]{3,}\b")  # a word of a sentence (3+ letters: not x, pi, ln)
 _ANSWER_WORDS = re.compile(r"(?i)answer\s*(?:is|:|：)|final\s+answer|\bwait\b|\bactually\b|\bhowever\b|\binstead\b"
                            r"|\bso\b|\btherefore\b|\bthus\b|\bhence\b"
                            r"|\bcorrect\b|\bcorrect(?:ing|ion)\b|\bwrong\b|\bmistake\b|\berror\b|\bshould\s+be\b")
@@ -212,13 +241,17 @@ def _last_statement(text: str) -> tuple[int, str] | None:
             words = re.sub(r"\\[a-zA-Z]+|\$[^$]*\$", "", a)
             if "$" in a and re.search(r"[a-zA-Z]{3,}", words):  # a sentence on the answer line: read it as prose
                 a = _prose_answer(a) or a
+            elif len(_WORD.findall(words)) >= 2 and _WORD.match(words.lstrip()) and len(split_alternatives(a)) == 1:
+                a = _prose_answer(a) or a  # "Answer: the price is 7,5 €": a sentence (not "5 and 7", not a hedge)
             return pos, a.strip()
     return None
 
 
 _MATH_SEG = re.compile(r"\$\$?([^$]{1,300})\$\$?|\\\((.{1,300}?)\\\)|\\\[(.{1,300}?)\\\]", re.S)
-_AFTER_VERB = re.compile(r"\b(?:is|are|equals|was|be)\s{1,8}(\$[^$]{1,300}\$|[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?)")
+_AFTER_VERB = re.compile(r"\b(?:is|are|equals|was|be|has|have|had|gets|makes|costs|takes|needs)\s{1,8}(\$[^$]{1,300}\$|[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?)")
 _NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+# a finished text ends its last sentence: . ! ? then only closing marks (math, bold, quotes, brackets)
+_FINISHED = re.compile(r"[.!?](?:\s|\$|\\[)\]]|[*_)\]}\"'])*$")
 
 
 def _prose_answer(text: str) -> str | None:
@@ -269,6 +302,8 @@ def extract(completion: str, mode: str = "math") -> list[str] | None:
         return split_alternatives_all(_box_group(text, boxes))
     if last_stmt is not None:
         return split_alternatives(last_stmt[1]) if last_stmt[1] else None
+    if not _FINISHED.search(text.rstrip()[-40:]):  # cut off mid-sentence (the length limit): no prose answer
+        return None
     prose = _prose_answer(text)
     return [prose] if prose else None
 
@@ -358,6 +393,8 @@ _CHOICE = re.compile(r"^\(?([A-E])\)?$|^\(([A-E])\)\s")  # "B", "(B)", "(B) 12"
 _NO_SOLUTION = {"no solution", "no solutions", "no real solution", "no real solutions", "no real roots", "none"}
 _UNIT_WORDS = re.compile(r"^([-+]?\d[\d,]*(?:\.\d+)?)\s*(?:[a-zA-Z]{2,}\s*)+(?:\^\{?[23]\}?)?$")
 _CURRENCY = re.compile(r"^(?:\\(?:text|mbox|textrm)\{\\\$\}|\\\$|€|£|\\euro\b|\\pounds\b)\s*(?=[-+]?\.?\d)")
+_CURRENCY_AFTER = re.compile(r"(?<=\d)\s*(?:\\(?:text|mbox|textrm)\{(?:\\\$|€|£)\}|\\\$|€|£|\\euro\b|\\pounds\b)$")  # 12 €
+_THOUSANDS_THIN = re.compile(r"(?<=\d),\\!\s*(?=\d{3}(?!\d))")
 _E_NOTATION = re.compile(r"^([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d+)$")  # 1.5e-3 (not 3e: Euler's number)
 _DECIMAL_COMMA = re.compile(r"^[-+]?\d+,\d+$")  # one comma between digits ("3,5"): a decimal comma, or a list
 _THOUSANDS = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+$")
@@ -404,9 +441,11 @@ def normalize(ans: str) -> str:
             s = m.group(1).replace("$", "")
         if s.startswith("\\left(") and s.endswith("\\right)") and "," not in s:
             s = s[6:-7]
+    s = _THOUSANDS_THIN.sub(",", s)  # 11,\! 111,\! 100: LaTeX's thin space after each thousands comma
     s = s.replace("°", "^\\circ").replace("\\!", "")
     s = re.sub(r"\s*(?:\\text\{\s*(?:percent|pct)\s*\}|\bpercent\b|\bpct\b)", "\\%", s)
     s = _CURRENCY.sub("", s)
+    s = _CURRENCY_AFTER.sub("", s)
     s = _THOUSANDS_TEX.sub("", s)
     if re.fullmatch(r"[-+]?\d{1,3}(?: \d{3})+(?:\.\d+)?", s):
         s = s.replace(" ", "")

@@ -561,15 +561,19 @@ def tis_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: tor
     mode 'truncate' (the default) caps a weight above `cap` at `cap` (TRL's vllm_importance_sampling_mode
     'token_truncate'; verl's rollout_is='token', which clamps at rollout_is_threshold; AReaL's action='clamp');
     'mask' drops such a token instead: weight 0, while it still counts in the loss's denominators (TRL's
-    'token_mask'; AReaL's ppo_actor_loss_fn with behav_imp_weight_cap, and its rejection sampling with
-    action='mask'). Weights at or below the cap are the plain ratio in both.
+    'token_mask'; AReaL's ppo_actor_loss_fn with a cap: behav_imp_weight_cap until 2026-03-02, then
+    behave_imp_weight_mode 'token_mask', and since 2026-04-20 its rejection sampling with action='mask'). Weights
+    at or below the cap are the plain ratio in both. Peer code as read: huggingface/trl f2cd577 (2026-07-24),
+    verl-project/verl 1dda039 (2026-08-22), areal-project/AReaL cbff54d (2026-08-22) and its history; AReaL computes
+    the weight and the test in float32 (async_rollout.py's departures).
 
     The engine samples with its own kernels (and maybe precision), so its distribution pi_engine differs a little
     from the trainer's pi_old even with identical weights: a rollout is slightly off-policy. Multiplying each
     token's policy-gradient term by this (detached, capped) ratio corrects for it (Yao et al. 2025, "Your
     Efficient RL Framework Secretly Brings You Off-Policy RL Training"; TRL's `vllm_importance_sampling_correction`
-    with `vllm_importance_sampling_cap`). Off by default in the trainer. Inputs (N, T); trainer_logp are the
-    old-policy log-probs from the trainer's forward, engine_logp `Completion.logprobs` padded to T.
+    with `vllm_importance_sampling_clip_max`; `vllm_importance_sampling_cap`, its old name, is deprecated since TRL
+    1.6.0). Off by default in the trainer. Inputs (N, T); trainer_logp are the old-policy log-probs from the
+    trainer's forward, engine_logp `Completion.logprobs` padded to T.
     """
     if mode not in TIS_MODES:
         raise ValueError(f"tis mode {mode!r} is not one of {', '.join(TIS_MODES)}")

@@ -2,7 +2,10 @@
 alone, per batch of rows: 'before-tuning' (written before the grader existed), 'after-tuning' (written after its
 first version, labelled before it was run on them), 'after-tuning-2' (the same, after the second round of changes),
 'after-tuning-3' (the same, written for the decimal-comma, currency and unit, e-notation, percent, interval-in-words
-and reversed / negated inequality answers, labelled before the third round of changes was written).
+and reversed / negated inequality answers, labelled before the third round of changes was written), 'after-tuning-4'
+(thousands with LaTeX thin spaces, a currency sign or decimal comma on an answer line in prose, answers in running
+prose, a box split by `$`, responses cut off by the length limit: written and labelled by hand alongside the fourth
+round of changes, so a check that those kinds are handled, not a blind test).
 
 Run:  python bench/reward_agreement.py [--table fixtures/math/labelled.jsonl] [--show-misses]
 """
@@ -55,7 +58,8 @@ def main(argv=None):
     graders = {m: (lambda c, g, m=m: reward.check(c, g, m, 5.0).correct) for m in reward.MODES}
     graders["math-verify, default extraction"] = mv_default
     graders["math-verify, last box"] = mv_last_box
-    batches = sorted({r["written"] for r in rows}, key=["before-tuning", "after-tuning", "after-tuning-2", "after-tuning-3"].index)
+    batches = sorted({r["written"] for r in rows}, key=["before-tuning", "after-tuning", "after-tuning-2", "after-tuning-3",
+                                                             "after-tuning-4"].index)
     print("| grader | " + " | ".join(f"{b} ({sum(r['written'] == b for r in rows)})" for b in batches)
           + f" | all ({len(rows)}) | false pos. | false neg. |")
     print("|---" * (len(batches) + 4) + "|")

@@ -4,6 +4,7 @@ and with an inline producer, resume after kill -9, and the producer's own contra
 K = 0 is the synchronous loop, unchanged: tests/test_pinned_run.py pins it bit for bit.
 Run:  python -m pytest -q tests/test_async_rollout.py      (~1 min)
 """
+import math
 import os
 import signal
 import subprocess
@@ -195,7 +196,8 @@ def _decoupled_case():
 @pytest.mark.parametrize("key", sorted(HAND))
 def test_decoupled_loss_options_by_hand(key, monkeypatch):
     """train.microbatch_loss with --tis-mode / --dual-clip / --loss-agg on hand-made log-probs: the float64 loss is
-    the hand-computed one, and verl's seq-mean-token-mean (rows divided by n + 1e-8) differs by < 1e-8."""
+    the hand-computed one, and verl's seq-mean-token-mean gives the same: its rows are divided by count + 1e-8, but
+    the count of verl's bool mask is int64 and int64 + 1e-8 is a float32 that rounds back to the count."""
     tis_mode, dual, agg = key
     prox, theta, behav, mask, adv = _decoupled_case()
     theta = theta.clone().requires_grad_(True)
@@ -206,10 +208,11 @@ def test_decoupled_loss_options_by_hand(key, monkeypatch):
     batch = batches.Batch(None, None, None, None, mask, 0)
     loss, stats = train.microbatch_loss(cfg, None, None, batch, adv, prox, mask, 0.0, 2.0, 5.0, 1, behav)
     assert loss.dtype == torch.float64 and loss.item() == pytest.approx(HAND[key], abs=1e-12)
-    if agg == "seq-mean-token-mean":  # verl's agg_loss, transcribed: token sums / (count + 1e-8), mean over rows
-        sums = ROW_SUMS[(tis_mode, dual)]
-        verl = (sums[0] / (3 + 1e-8) + sums[1] / (2 + 1e-8)) / 2
-        assert 0 < abs(verl - loss.item()) < 1e-8
+    if agg == "seq-mean-token-mean":  # verl's agg_loss (1dda039): token sums / (count + 1e-8), count of a bool mask
+        sums = torch.tensor(ROW_SUMS[(tis_mode, dual)], dtype=torch.float64)
+        count = mask.bool().sum(-1) + 1e-8  # what verl's `torch.sum(loss_mask, dim=-1) + 1e-8` is for a bool mask
+        assert count.dtype == torch.float32 and count.tolist() == [3.0, 2.0]  # the 1e-8 is rounded away
+        assert (sums / count).mean().item() == pytest.approx(HAND[key], abs=1e-15)
     if dual:
         assert stats["clip_frac_dual"] == pytest.approx(0.2)  # one token of five is bounded
     else:
@@ -222,6 +225,37 @@ def test_decoupled_loss_options_by_hand(key, monkeypatch):
         for i in range(2):
             for t in range(len(want[i])):
                 assert got[i, t].item() == pytest.approx(want[i][t], abs=1e-12), (i, t)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_tis_weight_exactly_at_the_cap_is_kept(dtype):
+    """Only a weight ABOVE the cap is truncated or dropped: one exactly at C is the plain ratio C in both modes
+    ("weights at or below the cap are the plain ratio in both", rollout.tis_weights)."""
+    trainer = torch.tensor([[0.0, 0.3, -0.2, 0.9]], dtype=dtype)
+    engine = torch.tensor([[0.0, 0.0, 0.0, 0.0]], dtype=dtype)
+    mask = torch.ones(1, 4)
+    w = torch.exp(trainer - engine)  # the weights tis_weights computes
+    for cap in (1.0, w[0, 1].item()):  # exactly the weight of token 0, then of token 1
+        for mode in ("truncate", "mask"):
+            got = rollout.tis_weights(trainer, engine, mask, cap, mode)
+            at = w[0] == cap
+            assert at.sum() == 1 and torch.equal(got[0][at], w[0][at]), (cap, mode)
+            above = w[0] > cap
+            assert torch.equal(got[0][above], torch.full_like(got[0][above], cap if mode == "truncate" else 0.0))
+
+
+def test_areal_float32_cap_test_can_drop_a_weight_at_the_cap():
+    """AReaL (cbff54d) computes the weight and its cap test in float32 (apply_rejection_sampling: `.float()`, then
+    `metric <= upper`); with float64 log-probs a weight exactly at C in float64 can round above C there and be
+    dropped, while rollout.tis_weights keeps it (async_rollout.py's departures)."""
+    d = 1.4550795027098296  # log w, found by a search: exp(d) in float64 is C, in float32 just above C
+    cap = math.exp(d)
+    prox, behav = torch.tensor([[d]], dtype=torch.float64), torch.zeros(1, 1, dtype=torch.float64)
+    mask = torch.ones(1, 1)
+    assert rollout.tis_weights(prox, behav, mask, cap, "mask").item() == cap  # kept: exactly at the cap
+    metric = torch.exp(prox.detach().float() - behav.detach().float())  # AReaL's token-level 'ratio' metric
+    assert not bool((metric <= cap).all())  # AReaL's in-bounds test fails: the token is rejected
+    assert rollout.tis_weights(prox.float(), behav.float(), mask, cap, "mask").item() == 0.0  # the same in float32
 
 
 def test_tis_modes_and_dual_clip_units():

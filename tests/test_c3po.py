@@ -105,3 +105,22 @@ def test_micro_batches_sum_to_the_whole_and_budget_required():
 def test_budget_metrics():
     m = c3po.budget_metrics([5, 3, 4, 2], c3po.budget_select([5, 3, 4, 2], 10), 10)
     assert m == {"c3po/tokens_used": 10, "c3po/budget_fill": 1.0, "c3po/responses_used": 3, "c3po/tokens_dropped": 4}
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_microbatch_loss_divides_by_the_per_process_budget(world, monkeypatch):
+    """train.microbatch_loss with --token-budget Phi on W processes divides by Phi / W (DDP's all-reduce averages the
+    W gradients, so the sum over processes is the 1/Phi loss); a fake world size, no processes launched. Ratio 1
+    (on-policy), no KL: the loss is sum of -A over the kept tokens / (Phi / W), by hand."""
+    import config
+    import train
+    from trainer import batches
+
+    logp = torch.log(torch.tensor([[0.5, 0.25, 0.4], [0.2, 0.3, 0.9]], dtype=torch.float64)).requires_grad_()
+    monkeypatch.setattr(train, "response_logprobs", lambda model, batch, *a, **k: (logp, torch.zeros_like(logp)))
+    cfg = config.parse_config(["--recipe", "c3po", "--token-budget", "8", "--kl-coef", "0", "--entropy-coef", "0"])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.float64)  # 3 and 2 kept tokens
+    adv = torch.tensor([1.0, -2.0], dtype=torch.float64)
+    batch = batches.Batch(None, None, None, None, mask, 0)
+    loss, _ = train.microbatch_loss(cfg, None, None, batch, adv, None, mask, 0.0, 2.0, 5.0, world)
+    assert loss.item() == pytest.approx((-1.0 * 3 + 2.0 * 2) / (8 / world), abs=1e-12)  # 1 / (8 / W)

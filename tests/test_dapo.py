@@ -106,11 +106,30 @@ def test_filter_groups_hand_values():
         dapo.filter_groups([1, 0, 1], 2)
 
 
-def test_filter_uses_correctness_not_shaped_reward():
-    # all wrong, one truncated: shaped rewards -1 and -2 differ (std > 0) but correctness does not -> dropped
-    shaped = torch.tensor([-1.0, -1.0]) + dapo.overlong_penalty([5, 20], max_len=20, cache_len=4)
-    assert shaped.tolist() == [-1.0, -2.0]
-    assert dapo.filter_groups([False, False], 2).tolist() == [False]
+@pytest.mark.parametrize("metric", ["auto", "acc", "score"])
+def test_filter_uses_correctness_not_shaped_reward(metric):
+    """What the trainer hands dynamic sampling (trainer.collect.Collector.round, its `filt`): a group of two wrong
+    answers, one cut at the length limit, gets shaped rewards -1 and -2 (DAPO Eq. 13; std > 0), but the filter sees
+    correctness (acc; auto for math) or the unshaped rewards (score), equal within the group: dropped."""
+    import types
+
+    from trainer.collect import Collector
+
+    comps = [types.SimpleNamespace(text="no", length=5), types.SimpleNamespace(text="no", length=20)]
+    plan = types.SimpleNamespace(group_size=2, sampling=types.SimpleNamespace(max_new_tokens=20),
+                                 stage=types.SimpleNamespace(reward="math"),
+                                 task=types.SimpleNamespace(train_set=[types.SimpleNamespace(prompt="q", answer="7")],
+                                                            reward_fn=lambda texts, golds: ([-1.0, -1.0], [False, False],
+                                                                                            {"reward/timeouts": 0})))
+    fake = types.SimpleNamespace(cfg=types.SimpleNamespace(overlong_buffer=4, filter_metric=metric), observed=[],
+                                 engine=types.SimpleNamespace(generate=lambda prompts, G, sp: [comps]),
+                                 take_prompts=lambda plan, n: [0], prompt=lambda plan, q: q)
+    fake.shape = lambda c, r, sp: Collector.shape(fake, c, r, sp)
+    rnd, timeouts = Collector.round(fake, plan, 1)
+    assert rnd.rewards == [-1.0, -2.0]  # the shaped rewards go to the advantages
+    assert rnd.filt == ([-1.0, -1.0] if metric == "score" else [False, False])  # the filter's input
+    assert dapo.filter_groups(torch.tensor(rnd.filt, dtype=torch.float64), 2).tolist() == [False]
+    assert dapo.filter_groups(torch.tensor(rnd.rewards), 2).tolist() == [True]  # the shaped rewards would keep it
 
 
 def test_filter_on_partial_scores_keeps_groups_without_a_full_pass():

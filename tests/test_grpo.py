@@ -121,7 +121,7 @@ def test_aggregation_modes_hand():
 
 @pytest.mark.parametrize("mode", ["seq-mean-token-mean", "seq-mean-token-sum"])
 def test_fully_masked_rows_leave_the_sequence_mean(mode):
-    # row 1 is fully masked (overlong filter): the mean is over rows 0 and 2 (verl), not over 3 rows (TRL)
+    # row 1 is fully masked (overlong filter): the mean is over rows 0 and 2, not over 3 rows (TRL; verl's trainer)
     import c3po
     import dapo
     import entropy
@@ -133,6 +133,18 @@ def test_fully_masked_rows_leave_the_sequence_mean(mode):
         assert agg(loss, mask, mode).item() == want
         assert agg(loss, mask, mode).item() == agg(loss[[0, 2]], mask[[0, 2]], mode).item()  # = dropping the row
         assert agg(loss, torch.zeros_like(mask), mode).item() == 0.0  # nothing in the loss: 0, not NaN
+
+
+def _reduce_by_hand(x, mask, mode):
+    """A reference for grpo.aggregate that shares no code with it: Python sums over each row's masked tokens."""
+    rows = [[x[i, t] for t in range(x.shape[1]) if mask[i, t]] for i in range(x.shape[0])]
+    rows = [r for r in rows if r]
+    if mode == "token-mean":
+        return sum(sum(r) for r in rows) / sum(len(r) for r in rows)
+    if mode == "seq-mean-token-mean":
+        return sum(sum(r) / len(r) for r in rows) / len(rows)
+    assert mode == "seq-mean-token-sum"
+    return sum(sum(r) for r in rows) / len(rows)
 
 
 def test_ratio_one_gradient_equals_reinforce():
@@ -147,13 +159,14 @@ def test_ratio_one_gradient_equals_reinforce():
         logp, _ = grpo.token_logprobs(logits, tokens)
         loss, m = grpo.policy_loss(logp, logp.detach(), adv, mask, clip_low=0.2, clip_high=0.2, loss_agg=agg)
         (g1,) = torch.autograd.grad(loss, logits)
-        logp, _ = grpo.token_logprobs(logits, tokens)
-        reinforce = -grpo.aggregate(adv.unsqueeze(1) * logp, mask, agg)  # -(agg of A * log pi)
+        logp = torch.log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # log pi, by hand
+        reinforce = -_reduce_by_hand(adv.unsqueeze(1) * logp, mask, agg)  # -(agg of A * log pi)
         (g2,) = torch.autograd.grad(reinforce, logits)
         assert torch.allclose(g1, g2, atol=1e-7), agg
         assert m["clip_frac_low"] == m["clip_frac_high"] == 0.0
         # the loss value is -agg(A): about 0, and not a progress signal
-        assert math.isclose(loss.item(), -grpo.aggregate(adv.unsqueeze(1).expand(N, T), mask, agg).item(), abs_tol=1e-6)
+        want = -_reduce_by_hand(adv.double().unsqueeze(1).expand(N, T), mask, agg).item()
+        assert math.isclose(loss.item(), want, abs_tol=1e-6)
 
 
 def test_kl_term_added_and_requires_ref():
@@ -183,8 +196,8 @@ def test_token_weights_scale_the_surrogate_not_the_kl():
         logp, _ = grpo.token_logprobs(logits, tokens)
         loss, _ = grpo.policy_loss(logp, logp.detach(), adv, mask, loss_agg=agg, token_weights=w)
         (g1,) = torch.autograd.grad(loss, logits)
-        logp, _ = grpo.token_logprobs(logits, tokens)
-        (g2,) = torch.autograd.grad(-grpo.aggregate(w * adv.unsqueeze(1) * logp, mask, agg), logits)
+        logp = torch.log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        (g2,) = torch.autograd.grad(-_reduce_by_hand(w * adv.unsqueeze(1) * logp, mask, agg), logits)
         assert torch.allclose(g1, g2, atol=1e-7), agg
         logp, _ = grpo.token_logprobs(logits, tokens)
         a, _ = grpo.policy_loss(logp, logp.detach(), adv, mask, ref, kl_coef=0.1, loss_agg=agg, token_weights=torch.ones(N, T))
@@ -192,4 +205,72 @@ def test_token_weights_scale_the_surrogate_not_the_kl():
         assert torch.equal(a, b)
         # with zero weights only the KL term is left
         z, _ = grpo.policy_loss(logp, logp.detach(), adv, mask, ref, kl_coef=0.1, loss_agg=agg, token_weights=torch.zeros(N, T))
-        assert torch.allclose(z, 0.1 * grpo.aggregate(grpo.kl_k3(logp, ref), mask, agg))
+        d = (ref - logp).double()
+        assert math.isclose(z.item(), 0.1 * _reduce_by_hand(d.exp() - d - 1, mask, agg).item(), rel_tol=1e-6)
+
+
+# verl's agg_loss (verl-project/verl 1dda039, 2026-08-22, verl/trainer/ppo/core_algos.py) for the sequence means,
+# transcribed line for line with verl_F.masked_sum (verl/utils/torch_functional.py); dp_size 1
+def _verl_masked_sum(values, mask, axis=None):
+    valid_values = torch.where(mask.bool(), values, 0.0)
+    return (valid_values * mask).sum(axis=axis)
+
+
+def _verl_agg_loss(loss_mat, loss_mask, loss_agg_mode, dp_size=1, global_batch_size=None):
+    if loss_agg_mode == "seq-mean-token-sum":
+        seq_losses = torch.sum(loss_mat * loss_mask, dim=-1)  # token-sum
+        seq_mask = (torch.sum(loss_mask, dim=-1) > 0).float()  # exclude fully masked sequences
+        if global_batch_size is None:
+            global_batch_size = seq_mask.sum()
+        return _verl_masked_sum(seq_losses, seq_mask) / global_batch_size * dp_size  # seq-mean
+    assert loss_agg_mode == "seq-mean-token-mean"
+    seq_mask = torch.sum(loss_mask, dim=-1)  # per-sequence token count
+    seq_losses = torch.sum(loss_mat * loss_mask, dim=-1) / (seq_mask + 1e-8)  # token-mean
+    seq_mask = (seq_mask > 0).float()  # exclude fully masked sequences
+    if global_batch_size is None:
+        global_batch_size = seq_mask.sum()
+    return _verl_masked_sum(seq_losses, seq_mask) / global_batch_size * dp_size  # seq-mean
+
+
+def test_verl_sequence_mean_counts_every_row_of_a_split_mini_batch():
+    """grpo.py's module docstring: with no global batch size verl counts the non-empty rows, as the project does; its
+    trainer passes global_batch_size = every row of the mini-batch, so an emptied row stays in verl's divisor.
+    Two rows, one emptied (the overlong filter), the other's token loss -1: verl -0.5, the project -1.0."""
+    loss = torch.tensor([[-1.0, -1.0], [5.0, 5.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True], [False, False]])  # verl's ppo_loss passes response_mask.to(bool)
+    assert _verl_agg_loss(loss, mask, "seq-mean-token-mean", global_batch_size=2).item() == -0.5
+    assert _verl_agg_loss(loss, mask, "seq-mean-token-mean").item() == -1.0  # no global batch info: non-empty rows
+    assert grpo.aggregate(loss, mask, "seq-mean-token-mean").item() == -1.0
+    assert grpo.aggregate(loss, mask, "seq-mean-token-mean", num_seqs=2).item() == -0.5  # verl's divisor, passed in
+
+
+@pytest.mark.parametrize("mode", ["seq-mean-token-mean", "seq-mean-token-sum"])
+def test_verl_micro_batched_sequence_mean_float64(mode):
+    """Random float64 mini-batches cut into micro-batches, verl's per-micro-batch losses summed (its gradient
+    accumulation): equal to the project's aggregate with num_seqs = all rows (verl) and with the non-empty count
+    (the project) exactly when no row is empty; with an emptied row the two differ by the factor rows / non-empty."""
+    g = torch.Generator().manual_seed(0)
+    for trial in range(20):
+        n, T = 8, 6
+        loss = torch.randn(n, T, generator=g, dtype=torch.float64)
+        mask = torch.arange(T) < torch.randint(1, T + 1, (n, 1), generator=g)  # bool, every row non-empty
+        if trial % 2:
+            mask[torch.randperm(n, generator=g)[: 1 + trial % 3]] = False  # the overlong filter empties 1-3 rows
+        verl = sum(_verl_agg_loss(loss[i : i + 4], mask[i : i + 4], mode, global_batch_size=n) for i in range(0, n, 4))
+        nonempty = int(mask.any(-1).sum())
+        ours = sum(grpo.aggregate(loss[i : i + 4], mask[i : i + 4], mode, num_seqs=nonempty) for i in range(0, n, 4))
+        assert verl.item() == pytest.approx(grpo.aggregate(loss, mask, mode, num_seqs=n).item(), abs=1e-12)
+        assert ours.item() == pytest.approx(grpo.aggregate(loss, mask, mode).item(), abs=1e-12)
+        assert verl.item() == pytest.approx(ours.item() * nonempty / n, abs=1e-12)
+        assert (verl.item() == pytest.approx(ours.item(), abs=1e-12)) == (nonempty == n)
+
+
+def test_verl_row_divisor_plus_1e8_rounds_away():
+    """verl divides each row by its token count + 1e-8; with its bool mask the count is int64, and int64 + 1e-8 is a
+    float32 that is the count again: the row means are the project's, exactly."""
+    g = torch.Generator().manual_seed(1)
+    loss = torch.randn(6, 9, generator=g, dtype=torch.float64)
+    mask = torch.arange(9) < torch.tensor([[9], [1], [4], [7], [2], [5]])
+    assert torch.equal(mask.sum(-1) + 1e-8, mask.sum(-1).float())
+    agg = "seq-mean-token-mean"
+    assert _verl_agg_loss(loss, mask, agg).item() == grpo.aggregate(loss, mask, agg).item()

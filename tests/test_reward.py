@@ -4,7 +4,7 @@ Run:  python -m pytest tests/test_reward.py -q        (about 30-40 s on 2 cores:
 
 CASES: expectations of the default mode (`math`), measured with math-verify 0.9.0; where the verdict differs from
 what a careful human grader would give, the case is marked LIMITATION with the ideal verdict in the comment.
-fixtures/math/labelled.jsonl: 540 human-labelled rows (source and category on each row); test_labelled_agreement
+fixtures/math/labelled.jsonl: 570 human-labelled rows (source and category on each row); test_labelled_agreement
 measures each mode's agreement with the labels and math-verify's alone, on the same rows.
 """
 import json
@@ -223,6 +223,49 @@ def test_extraction():
     assert reward.find_boxes("\\boxed{" + "{" * 10_000 + "}" * 10_000 + "}")[0][1] == 20_008
     assert reward.find_boxes("\\boxed{\\{1,2\\}}") == [(0, 15, "\\{1,2\\}")]
     assert reward.find_boxes("\\boxed 5 and \\fbox{6}") == [(0, 8, "5"), (13, 21, "6")]
+    # a box that starts where the previous one ends is a box of its own (not one nested in the first)
+    assert reward.find_boxes("\\boxed{2}\\boxed{3}") == [(0, 9, "2"), (9, 18, "3")]
+    assert reward.extract("So $\\boxed{2}\\boxed{3}$.") == ["2", "3"]
+
+
+def test_hedge_needs_every_value_to_agree():
+    """A repeated value is one answer only when ALL the parts agree: one different value among three is a hedge."""
+    assert reward.grade(["6", "6"], "6") and reward.grade(["6", "6", "6"], "6")
+    assert not reward.grade(["6", "6", "7"], "6") and not reward.grade(["6", "7", "6"], "6")
+    assert not reward.check("It is \\boxed{6}, \\boxed{6} or \\boxed{7}.", "6").correct
+    assert reward.grade(["2", "-2"], "\\pm 2")  # together the gold answer: not a hedge
+
+
+def test_issue_40_kinds():
+    """Thousands with LaTeX thin spaces, a currency sign after the number, a decimal comma on an answer line written as
+    a sentence, and a box the math closed before the box did; the near misses still wrong."""
+    ok = lambda completion, gold: reward.check(completion, gold).correct  # noqa: E731
+    assert reward.normalize("11,\\! 111,\\! 100") == "11111100" and reward.normalize("1,\\!000") == "1000"
+    assert ok("So the count is $\\boxed{11,\\! 111,\\! 100}$.", "11111100")
+    assert not ok("So the count is $\\boxed{11,\\! 111,\\! 100}$.", "11111000")
+    assert not ok("So the total is $\\boxed{12,\\! 345}$.", "12.345")  # thousands, not a decimal comma
+    assert reward.normalize("12 €") == "12" and reward.normalize("12,50\\$") == "12,50"
+    assert ok("So the answer is 12 €.", "12") and ok("Answer: 12,50 €", "12.5")
+    assert ok("Answer: She pays 12,50 euros in total.", "12.5") and not ok("Answer: She pays 12,50 euros in total.", "1250")
+    assert ok("Final answer: the price is 7,5.", "7.5") and not ok("Final answer: the price is 7,5 €.", "75")
+    assert not ok("Answer: either 3 or 5", "3") and not ok("Answer: The total cost is 12 € or maybe 13 €.", "12")  # hedges
+    assert reward.find_boxes("so $\\boxed{\\frac{1}{2}$, done") == [(4, 22, "\\frac{1}{2}")]
+    assert ok("so the answer is $\\boxed{5$.", "5") and not ok("so the answer is $\\boxed{5$.", "6")
+    assert reward.extract("so the answer is $\\boxed{\\frac{1}{") is None  # cut off inside the box: still no answer
+    assert reward.extract("so $\\boxed{5\nand then $x$") is None  # no `$` on the box's line: unfinished
+
+
+def test_truncated_response_has_no_prose_answer():
+    """Rule 5 (module docstring): a text whose last sentence is unfinished (the length limit cut it) has no prose
+    answer, even when an expression in its last line equals the gold; a statement or box before the cut counts."""
+    ok = lambda completion, gold: reward.check(completion, gold).correct  # noqa: E731
+    assert not ok("We need $3 + 4 = 7$ and then we multiply the result by the number of", "7")
+    assert not ok("First compute $3 + 4 = 7$. Then multiply by", "7")
+    assert reward.extract("First compute $3 + 4 = 7$. Then multiply by") is None
+    assert ok("First compute $3 + 4 = 7$.", "7") and ok("So the total is **7**.", "7") and ok("It is 7!", "7")
+    assert ok("So the sum is $3 + 4 = 7.$", "7") and ok("(So the total is 7.)", "7")
+    assert ok("So $3 + 4 = \\boxed{7}$. Let me double-check: $3 + 4 =", "7")  # the box came before the cut
+    assert ok("Answer: 7\nLet me double-check the second step, where we", "7")
 
 
 def test_normalisations_of_answers_graders_accept():

@@ -66,14 +66,18 @@ def test_every_recipe_runs_two_steps(trained_model_path, tmp_path, recipe):
     if recipe == "c3po":  # its code stage evaluates 100 problems (sandboxed); 4 here. Math then code, 1 step each
         extra = ["--stages", config.RECIPES["c3po"]["stages"].replace("eval_problems=100", "eval_problems=4")]
     hist = run(trained_model_path, tmp_path / recipe, "--recipe", recipe, "--max-steps", "2", "--max-gen-rounds", "20", *extra)
-    assert len(hist) == 2 and all(r["policy/updates"] >= 0 for r in hist)
     cfg = json.load(open(tmp_path / recipe / "config.json"))
+    # mu = epochs x batch / mini-batch = 1 x 16 / 8 updates a step; Skywork's rejection sampling skips the update when
+    # every group has zero advantage (nothing left to train on)
+    skipped = [bool(cfg["rejection_sampling"]) and r["rollout/frac_zero_std"] == 1.0 for r in hist]
+    assert len(hist) == 2 and [r["policy/updates"] for r in hist] == [0 if s else 2 for s in skipped], (recipe, hist)
     given = {a[2:].replace("-", "_") for a in SMALL + extra if a.startswith("--")}  # flags given win over the preset
+    given_values = config.parse_config(SMALL + extra).__dict__  # what those flags say, without the preset
     if recipe == "c3po":
         assert [r["stage"] for r in hist] == [1, 2] and hist[1]["rollout/response_length_max"] <= 96
     for k, v in config.RECIPES[recipe].items():
-        assert cfg[k] == (v if k not in given else cfg[k]), (recipe, k)
-        assert k not in given or config.parse_config(["--recipe", recipe]).__dict__[k] == v, (recipe, k)
+        assert cfg[k] == (given_values[k] if k in given else v), (recipe, k)
+        assert config.parse_config(["--recipe", recipe]).__dict__[k] == v, (recipe, k)  # the preset itself
     if cfg["dynamic_sampling"]:
         assert all(r["rollout/frac_zero_std"] == 0.0 for r in hist)  # no zero-std group reaches the update
     if recipe == "dapo":  # each round draws 3 x the step's 4 prompts (verl gen_batch_size), G = 4 each
@@ -189,6 +193,31 @@ def test_length_sorted_micro_batches_give_the_one_batch_gradient(tiny_model_path
     assert len(batches.split_micro(list(range(16)), p_ids, r_ids, 16, 120)) >= 3
     assert torch.allclose(grads[0], grads[1], rtol=1e-9, atol=1e-12)
     assert grads[0].abs().sum() > 0
+
+
+def test_old_logprobs_use_the_run_temperature():
+    """log pi_old (mu > 1, computed once before the first update) is the log-prob of what the engine sampled from:
+    softmax(logits / --temperature), as the update's own log-probs are; here against each row's full logits in
+    float64, one unpadded row at a time (at T 0.7 the T-1 log-probs are far off)."""
+    import types
+
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=40, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                         num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
+                                         initializer_range=0.5)).double().eval()
+    tok = types.SimpleNamespace(pad_token_id=0)
+    p_ids, r_ids = [[5, 6, 7], [8, 9], [10, 11, 12, 13]], [[14, 15, 16, 17], [18, 19], [20, 21, 22]]
+    for T in (0.7, 1.0, 1.3):
+        got = batches.old_logprobs(config.Config(temperature=T, micro_batch_size=2), model, tok, p_ids, r_ids, "cpu")
+        for p, r, lp in zip(p_ids, r_ids, got):
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([p + r])).logits[0, len(p) - 1 : -1]  # (len r, V)
+            want = torch.log_softmax(logits / T, -1)[torch.arange(len(r)), torch.tensor(r)]
+            assert lp.shape == (len(r),) and torch.allclose(lp, want, atol=1e-10), T
+            at_one = torch.log_softmax(logits, -1)[torch.arange(len(r)), torch.tensor(r)]
+            assert T == 1.0 or (lp - at_one).abs().max() > 0.1, T  # the temperature matters in this model
 
 
 # Skywork-OR1's controller as train.py wires it, against hand-computed traces (target 0.2, Delta 1e-3, clamp [0, 5e-3]).
