@@ -44,8 +44,8 @@ PINS = {  # numerics fingerprint: {name: (sha256 of the final weights, sha256 of
             "2bc2baaee8957b7d1e40d40c044a53cbd24ecdd7831ab83dc5d85824c09e0539"),
         "c3po-budget-entropy": ("27c1ab48a33474194642ab5fe34d6be57c3077f31fb504cb9628f98e3b842962",
             "26f4284b1dd40fa791845980aa735d85a22538de4e6740d48eef8f708944a5ae"),
-        "dapo-dynamic-overlong": ("87c11e10e5850c55a17265501826159647725e64f7bafdde41095ef90468f37c",
-            "f543012c38f0a547eb94914df4265989d338c2c33e0d6dbada0fa5f97160178b"),
+        "dapo-dynamic-overlong": ("7f1e3de51a66f486e1125473e71da78ad5f7d276e05432c71c1a5f21e10dc28b",  # 2026-11-26: the
+            "e3c56c685467e88c4f192a172afae5dd3b40751cafad84d746fd5e4f10b37ec5"),  # truncated-response rule (reward.py)
         "skywork-stages": ("4511adbbae856d40346dee5ebd32da9bb6363f62b8d06eb566c620c34138cccc",
             "f3ef296b71d26ba8e3b55b92f4b4fe924a054e62eb0dc3c092a512b4c57546cb"),
         "mimo-easy-pool-seamless": ("a0fecaeb102c379b8da5099470523a7512b0fdccd27b6fd6bb2e4e9fad5bad6c",
