@@ -163,16 +163,20 @@ def cells(r: dict) -> tuple[list[str], list[str], list[str], list[str]]:
 def table(results: dict) -> str:
     rows = [r for r in results["rows"].values() if not r.get("env")]
     probes = [r for r in results["rows"].values() if r.get("env")]
+    n_seeds = max((len(r["seeds"]) for r in rows), default=0)
+    old = [r for r in rows if len(r["seeds"]) < n_seeds]  # not measured again over the seeds: marked, footnoted
     lines = ["| recipe | μ | greedy accuracy before → after | avg@k before → after (T, top-p) | pass@k before → after "
              "| wall (s) | technique metrics (mean over steps and seeds) |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         greedy, avg, pas, tech = cells(r)
         settings = f" (avg@{r['k']}, pass@{r['k']}; T {r['eval_temperature']}, top-p {r['eval_top_p']})" if avg else ""
         wall = stat([s["wall_time_s"] for s in r["seeds"].values()])[0]
-        lines.append(f"| {r['recipe']} | {r['mu']} | {'; '.join(greedy)} | {', '.join(avg) or '–'}{settings} | "
+        lines.append(f"| {r['recipe']}{' †' if r in old else ''} | {r['mu']} | {'; '.join(greedy)} | {', '.join(avg) or '–'}{settings} | "
                      f"{', '.join(pas) or '–'} | {wall:.0f} | {', '.join(tech) or '–'} |")
     lines.append("")
-    if rows:
+    new = [r for r in rows if r not in old]
+    if new:
+        rows = new
         commits = sorted({r["commit"] for r in rows})
         dates = sorted({r["date"] for r in rows})
         seeds = sorted({", ".join(r["seeds"]) for r in rows})
@@ -182,9 +186,15 @@ def table(results: dict) -> str:
         lines.append(f"Measured with `python bench/recipes.py` ({rows[0]['steps']} steps each, {rows[0]['eval_problems']} "
                      f"held-out problems{'' if not cmds else ', extra flags ' + '; '.join(f'`{c}`' for c in cmds)}; "
                      f"seeds {' / '.join(seeds)}: mean ± sd over the seeds) at commit {', '.join(commits)} on "
-                     f"{', '.join(dates)}, on {m['cpu']} ({m['cores']} cores, torch {m['torch']}, {m['kernels']} "
-                     f"kernels, {m['threads']} thread per run; load {min(loads):.0f}–{max(loads):.0f}: the wall times "
-                     f"are inflated); `bench/results/recipes.json` holds every figure.")
+                     f"{', '.join(dates)}, on " + (f"{m['cpu']} ({m['cores']} cores, torch {m['torch']}, {m['kernels']} "
+                     f"kernels, {m['threads']} thread per run; " if "cpu" in m else f"{m['cores']} cores (CPU not "
+                     "recorded; ") + f"load {min(loads):.0f}–{max(loads):.0f}: the wall times are inflated); "
+                     "`bench/results/recipes.json` holds every figure.")
+    if old:
+        lines.append(f"† {', '.join(r['recipe'] for r in old)}: one seed, measured at commit "
+                     f"{', '.join(sorted({r['commit'] for r in old}))} ({', '.join(sorted({r['date'] for r in old}))}), "
+                     f"before the table had seeds; `python bench/recipes.py --recipes {','.join(r['recipe'] for r in old)}` "
+                     "measures them over the seeds on the current code.")
     for p in probes:  # the same recipe on another kernel path: where it lands against the seeds' spread
         base = results["rows"].get(p["recipe"].split(" [")[0])
         if base is None:
