@@ -35,7 +35,8 @@ Where the paper leaves a choice, and what this file chooses:
   * The loss value is -sg(r^) A log pi (TRL's): not a surrogate that is ~0 on-policy, but its gradient is
     sg(r^) A grad log pi. On-policy (mu = 1) the weight is exactly 1 and the gradient is REINFORCE's with a token
     mean, DAPO's at ratio 1 (tests/test_cispo.py): CISPO acts only when the ratio leaves 1 (M1: 16 off-policy
-    updates per rollout; the cispo recipe: mu = 16; or --rollout-lag 1).
+    updates per rollout; the cispo recipe: mu = 16). --rollout-lag 1 alone does not move it: the ratio is then
+    pi_theta / pi_prox, 1 on the first update, and the staleness enters as the weight below.
   * Clip shares: clip_frac_* count the tokens PPO's clip would drop (A > 0 above the cap, A < 0 below the floor: the
     unified mask's zeros; TRL's cispo_clip_ratio is the high one); capped_frac_* every token whose weight is capped.
   * Composition: token_weights (the engine's TIS weights; --rollout-lag's pi_prox/pi_behav) multiply the capped

@@ -32,8 +32,8 @@ Where the paper leaves a choice, and what this file chooses:
     verl's only form: with one advantage per response its value, its clipping and its gradient are GSPO's (Eq. 17
     = Eq. 10; tests/test_gspo.py); it differs under per-token weights (below) and admits per-token advantages.
   * Inert on-policy: at mu = 1 the ratio is exactly 1, clipping cannot bind and the gradient is GRPO's (Eq. 10 vs
-    11-12). The paper splits each rollout into 4 mini-batches (the gspo recipe: mu = 4); with --rollout-lag 1 the
-    ratio is pi_theta / pi_prox and leaves 1 from the first update.
+    11-12). The paper splits each rollout into 4 mini-batches (the gspo recipe: mu = 4). --rollout-lag 1 alone does not
+    move it: the ratio is then pi_theta / pi_prox, 1 on the first update, and the staleness enters as the weight below.
   * Clip shares: clip_frac_* count TOKENS (of clipped responses), as the paper's Sec. 5.2 does (GSPO clips about two
     orders of magnitude more tokens than GRPO); seq_clip_frac_* count responses, as TRL's clip_ratio does here.
   * Composition: the dual clip (dual_clip_c) bounds a response's loss by c |A| (NeMo-RL, slime and AReaL apply it to
