@@ -457,13 +457,13 @@ def offpolicy_losses_experiments():
         steadier = [compare(exp, v, dapo_, spikes, higher=False) for v in (gspo_, cispo_)]
         return verdict_of([cispo_acc, gspo_acc, more]), [
             line("final greedy accuracy, CISPO vs DAPO (MiniMax-M1 Fig. 2)", cispo_acc),
-            line("final greedy accuracy, GSPO vs DAPO (GSPO Fig. 1)", gspo_acc),
+            line("final greedy accuracy, GSPO vs DAPO (GSPO Sec. 5)", gspo_acc),
             line("share of tokens clipped, GSPO vs DAPO (GSPO Sec. 5.2: about 100x more)", more, "{:.3g}"),
             line("grad-norm spikes (> 3x the run's median), GSPO vs DAPO (fewer = steadier; not in the verdict)", steadier[0]),
             line("grad-norm spikes, CISPO vs DAPO (not in the verdict)", steadier[1])]
 
     claim = ("MiniMax-M1 Sec. 3.1 (Fig. 2): with many off-policy updates per rollout, CISPO, which keeps every token's "
-             "gradient under a capped weight, learns faster than DAPO's token clip. GSPO Sec. 5 (Fig. 1, Sec. 5.2): the "
+             "gradient under a capped weight, learns faster than DAPO's token clip. GSPO Sec. 5 (Sec. 5.1-5.2): the "
              "sequence clip learns faster and more stably than the token clip, though it clips about two orders of "
              "magnitude more tokens.")
     table = [("greedy acc", final("eval/accuracy")), ("entropy, last 5", last("policy/entropy", 5)),
