@@ -16,7 +16,7 @@ Same functions, same order as grpo.py, so `diff grpo.py gspo.py` is GSPO's chang
     s_i               exp(log_s)                  (N, 1)    the masked mean of logp - old_logp over o_i, exponentiated
     s_it              exp(log_s) (token_form)     (N, T)    the value of s_i on every token, each token's own gradient
     |o_i|             mask.sum(-1)                (N,)      tokens of o_i that count (clamped to >= 1)
-    eps_low/eps_high  clip_low / clip_high        float     3e-4 / 4e-4 (Sec. 5.1; GRPO's 0.2 would almost never bind)
+    eps_low/eps_high  clip_low / clip_high        float     3e-4 / 4e-4 (Sec. 5.1: orders of magnitude below GRPO's 0.2)
     sg[.]             .detach()
     (rest as grpo.py: R_i rewards (N,), A_i advantages (N,), logp/old_logp/ref_logp/mask (N, T); the paper omits
     the KL, beta = 0)
