@@ -133,3 +133,13 @@ def test_equals_trls_own_loss(kl):
         a2, _ = trl_loss(logp, old, adv, mask, loss_type="cispo")
         b2, _ = cispo.policy_loss(logp, old, adv, mask, clip_high=-0.8)
         assert abs(a2.item() - b2.item()) < 1e-6 and not math.isclose(a2.item(), b.item(), rel_tol=1e-3)
+
+
+def test_token_weights_multiply_the_capped_weight():
+    # --rollout-lag's pi_prox/pi_behav (or the engine's TIS weight) times the cap on pi_theta/pi_prox: AReaL's form
+    logp, old, adv, mask, _ = _batch()
+    w = torch.rand(logp.shape, generator=torch.Generator().manual_seed(3), dtype=F64) + 0.5
+    loss, _ = cispo.policy_loss(logp, old, adv, mask, token_weights=w)
+    cap = torch.exp(logp - old).clamp(0.0, 5.0).detach()
+    want_grad = -(w * cap * adv.unsqueeze(1) * mask) / mask.sum()
+    assert torch.allclose(torch.autograd.grad(loss, logp)[0], want_grad, rtol=1e-13, atol=1e-17)

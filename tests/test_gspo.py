@@ -159,3 +159,24 @@ def test_equals_trls_own_loss(kl):
         a2, _ = trl_loss(logp, old, adv, m2, **cfg)
         b2, _ = gspo.policy_loss(logp, old, adv, m2)
         assert abs(a2.item() - b2.item() * 7 / 8) < 1e-6
+
+
+def test_token_weights_weigh_each_response_by_the_mean_of_its_tokens():
+    # TIS / --rollout-lag weights multiply the broadcast loss: response i counts as l_i * mean_t(w_it), as in verl
+    logp, old, adv, mask, _ = _batch()
+    w = torch.rand(logp.shape, generator=torch.Generator().manual_seed(3), dtype=F64) + 0.5
+    loss, _ = gspo.policy_loss(logp, old, adv, mask, token_weights=w)
+    per_resp, _, _ = gspo.clipped_surrogate(logp, old, adv, mask, 3e-4, 4e-4)
+    want = (per_resp[:, 0] * (w * mask).sum(1) / mask.sum(1)).mean()
+    assert torch.allclose(loss, want, rtol=1e-14)
+
+
+def test_update_log_counts_response_shares_over_responses():
+    """trainer.metrics.UpdateLog: seq_clip_frac_* are averaged over the update's responses, clip_frac_* over its tokens."""
+    from trainer.metrics import UpdateLog
+
+    log = UpdateLog()
+    base = dict(loss=0.0, clip_frac_low=0.0, kl=0.0, entropy_sum=0.0, nll_sum=0.0, resp_tokens=1, seq_clip_frac_low=0.0)
+    log.add([dict(base, clip_frac_high=0.5, seq_clip_frac_high=1.0, tokens=30, seqs=1),
+             dict(base, clip_frac_high=0.0, seq_clip_frac_high=0.0, tokens=10, seqs=3)], 1.0, first_epoch=True)
+    assert log.agg["seq_clip_frac_high"] == 0.25 and log.agg["clip_frac_high"] == 0.375
