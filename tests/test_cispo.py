@@ -1,6 +1,6 @@
 """cispo.py: CISPO's capped, detached weight on hand-computed numbers (float64), REINFORCE at ratio 1, and TRL's own loss.
 
-Run:  python -m pytest tests/test_cispo.py -q        (about 40 s on 2 cores: importing TRL is most of it)
+Run:  python -m pytest tests/test_cispo.py -q        (about 30 s on 2 cores: importing TRL is most of it)
 """
 import inspect
 import math

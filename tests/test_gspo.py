@@ -1,6 +1,6 @@
 """gspo.py: GSPO's sequence ratio on hand-computed numbers (float64), its equivalences, and TRL's own loss.
 
-Run:  python -m pytest tests/test_gspo.py -q        (about 40 s on 2 cores: importing TRL is most of it)
+Run:  python -m pytest tests/test_gspo.py -q        (about 30 s on 2 cores: importing TRL is most of it)
 """
 import inspect
 import math
