@@ -66,6 +66,19 @@ RECIPES = {
         # training T = 1.0, top-p 1.0 (the defaults)
         algorithm="dapo", wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, curriculum="compass",
         **MU16),  # Sec. 4.1: batch 128, actor mini-batch 32, 16 gradient updates per iteration
+    # After the seeds: the two losses the peers ship. Both are inert on-policy (mu = 1: the ratio is exactly 1), as
+    # clip-higher is, so each recipe makes several updates per rollout, as its paper does.
+    "gspo": dict(  # GSPO (arXiv 2507.18071v2) Eq. 5-7, Sec. 5.1: the sequence ratio clipped to [1 - 3e-4, 1 + 4e-4], one
+        # term per response (seq-mean-token-mean, the default), no KL ("try to turn off the KL loss", the author's advice)
+        algorithm="gspo", clip_low=3e-4, clip_high=4e-4,
+        mini_batch_size=64),  # Sec. 5.1: each rollout batch split into 4 mini-batches (mu = 4)
+    "cispo": dict(  # MiniMax-M1 Sec. 3.1, Eq. 4-5: the detached weight capped at 1 + 4 = 5 (no eps_high in the paper:
+        # cispo.py says why 4), no lower bound (1 - 1 = 0), token-level loss, no KL. M1 also uses DAPO's dynamic sampling
+        # and length penalty; the recipe leaves them out so that it differs from grpo in the loss alone (add
+        # --dynamic-sampling --overlong-buffer 16 for them)
+        algorithm="cispo", clip_low=1.0, clip_high=4.0, loss_agg="token-mean",
+        **MU16),  # Sec. 3.1: 16 rounds of off-policy updates per generation batch (on the tiny model at lr 1e-4 they
+        # collapse the policy; --mini-batch-size 64, mu = 4, learns: README "Recipes")
 }
 
 
@@ -268,8 +281,13 @@ class Config:
                        choices=tuple(RECIPES))
     algorithm: str = flag(RECIPE, "grpo", "the idea file whose advantages and policy loss the run calls: grpo (grpo.py), dapo "
                                           "(dapo.py: clip-higher, token-level loss, overlong filter), c3po (c3po.py: the token budget, "
-                                          "needed by --token-budget); each recipe sets its paper's",
-                          choices=("grpo", "dapo", "c3po"))
+                                          "needed by --token-budget), gspo (gspo.py: one length-normalised ratio per response, clipped "
+                                          "at the sequence level; the gspo recipe's eps 3e-4/4e-4), cispo (cispo.py: REINFORCE with the "
+                                          "detached weight min(r, 1 + --clip-high); the cispo recipe's cap 5, --clip-low 1: no floor; "
+                                          "no --dual-clip); each recipe sets its paper's. gspo and cispo are inert on-policy (mu = 1: "
+                                          "the ratio is 1, the gradient GRPO's / REINFORCE's), as clip-higher is: their recipes "
+                                          "make 4 / 16 updates per rollout",
+                          choices=("grpo", "dapo", "c3po", "gspo", "cispo"))
     dynamic_sampling: bool = flag(RECIPE, False, "DAPO: keep only groups with mixed correctness (or scores: --filter-metric), regenerating until the batch is full")
     max_gen_rounds: int = flag(RECIPE, 10, "DAPO: cap on generation rounds per step under dynamic sampling (<= 0: no cap)")
     filter_metric: str = flag(RECIPE, "auto", "what dynamic sampling / the seamless scheduler call a mixed group (verl filter_groups.metric): "
@@ -405,6 +423,9 @@ class Config:
             bad("micro-batch-size", f"{self.micro_batch_size} does not divide --mini-batch-size {self.mini_batch_size}")
         if self.token_budget and self.algorithm != "c3po":
             bad("token-budget", "is C3PO's (c3po.py): add --algorithm c3po (the c3po recipe sets it)")
+        if self.dual_clip and self.algorithm == "cispo":
+            bad("dual-clip", "CISPO (cispo.py) has no dual clip: its importance weight is capped already (--clip-high) and "
+                             "there is no min() for the dual clip to bound")
         if self.rollout_lag:
             clash = [f for f, on in (("--rollout vllm", self.rollout == "vllm"), ("--fsdp", self.fsdp), ("--seamless", self.seamless),
                                      ("--load-in-4bit", self.load_in_4bit)) if on]

@@ -4,7 +4,7 @@
     bash examples/qwen2.5-0.5b-instruct-gsm8k.sh      # a real model on one GPU (examples/: the runs and their settings)
     accelerate launch --num_processes 8 train.py ...  # the same file on N processes (DDP), unchanged
     python train.py --output-dir runs/default --resume auto   # continue a run (its settings come from its checkpoint)
-    python train.py --recipe dapo --output-dir runs/dapo   # a paper's recipe (grpo dapo c3po skywork mimo compass)
+    python train.py --recipe dapo --output-dir runs/dapo   # a paper's recipe (grpo dapo c3po skywork mimo compass gspo cispo)
     python train.py --reward code-soft --train-data builtin-code --output-dir runs/code   # code RL, built-in code task
     python train.py --recipe c3po --output-dir runs/c3po   # Ring-lite: math, then code, in one run (--stages)
     python train.py --help                            # every option, with its meaning
@@ -17,15 +17,16 @@ each step's function follows it, in this order:
   3. score them                        (reward.py: math-verify; coding/: sandboxed tests; DAPO's overlong shaping
                                         and dynamic sampling, 1-3 repeated until B groups of mixed correctness are
                                         kept: dapo.py; MiMo's seamless rollout: seamless.py)  -> a Rollout
-  4. group-relative advantages         (the recipe's idea file, --algorithm: grpo.py, dapo.py or c3po.py; Skywork's
-                                        rejection sampling: curriculum.py)
+  4. group-relative advantages         (the recipe's idea file, --algorithm: grpo.py, dapo.py, c3po.py, gspo.py or
+                                        cispo.py; Skywork's rejection sampling: curriculum.py)
   5. mu optimizer updates              (epochs x mini-batches; the idea file's policy_loss; DAPO's overlong filter:
                                         dapo.py; C3PO's token budget: c3po.py; entropy bonus: entropy.py)  -> an Update
   6. sync the engine, log / evaluate / checkpoint
 
 Which idea file each recipe runs (--algorithm; config.RECIPES): grpo -> grpo.py; dapo, mimo, compass -> dapo.py (their
 papers' "DAPO-style" loss: clip-higher, token-level loss, dynamic sampling); skywork -> dapo.py (Skywork-OR1's
-Eq. 3.1 is DAPO's token-level loss, with a symmetric eps); c3po -> c3po.py (the token budget and its 1/Phi).
+Eq. 3.1 is DAPO's token-level loss, with a symmetric eps); c3po -> c3po.py (the token budget and its 1/Phi); gspo ->
+gspo.py (GSPO's sequence ratio); cispo -> cispo.py (MiniMax-M1's capped, detached weight).
 
 What this file leaves out, each in a file of its own: the flags and the recipes (config.py); the records passed
 between the steps (trainer/records.py); the prompt order and its state (trainer/samplers.py); the rounds of dynamic
@@ -50,11 +51,13 @@ import time
 import torch
 
 import c3po
+import cispo
 import curriculum
 import dapo
 import data
 import entropy
 import grpo
+import gspo
 import runs
 from config import Config, parse_config
 from rollout import tis_weights
@@ -143,8 +146,9 @@ def collect(run: Run, collector: Collector, plan: StepPlan) -> Rollout:
 # Step 4: advantages
 # ------------------------------------------------------------------------------------------------
 def algorithm(cfg: Config):
-    """The idea file the run's advantages and policy loss come from: grpo.py, dapo.py or c3po.py (--algorithm)."""
-    return {"grpo": grpo, "dapo": dapo, "c3po": c3po}[cfg.algorithm]
+    """The idea file the run's advantages and policy loss come from: grpo.py, dapo.py, c3po.py, gspo.py or cispo.py
+    (--algorithm)."""
+    return {"grpo": grpo, "dapo": dapo, "c3po": c3po, "gspo": gspo, "cispo": cispo}[cfg.algorithm]
 
 
 def advantages(cfg: Config, ro: Rollout) -> Advantages:
@@ -335,6 +339,7 @@ def microbatch_loss(cfg: Config, model, ref_model, batch, adv, old_logp, mask, a
         eterm, _ = entropy.entropy_loss(ent, mask, alpha, num_seqs=num_seqs, num_tokens=num_tokens, **agg)
         loss = loss + eterm
     stats = {"loss": loss.item(), **m, "entropy_sum": (ent * mask).sum().item(), "tokens": mask.sum().item(),
+             "seqs": (mask.sum(-1) > 0).sum().item(),
              "nll_sum": -(old * batch.mask).sum().item(), "resp_tokens": batch.mask.sum().item()}
     if tis is not None:  # truncated IS: engine (behaviour) vs trainer's pi_old, per token (trainer.metrics.TIS_SUMS)
         over = (tis >= cfg.tis_cap) if cfg.tis_mode == "truncate" else (tis == 0)  # capped, or dropped (mask)

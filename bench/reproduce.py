@@ -1,4 +1,5 @@
-"""Each seed paper's claim about training dynamics, reproduced at toy scale on the built-in tasks (CPU, minutes).
+"""Each seed paper's claim about training dynamics, reproduced at toy scale on the built-in tasks (CPU, minutes); and
+the claims of the two losses after the seeds (GSPO, CISPO: gspo.py, cispo.py).
 
     python bench/reproduce.py dapo       # DAPO Table 1: the cumulative ablation, GRPO -> DAPO
     python bench/reproduce.py entropy    # DAPO Sec. 3.1 / Skywork Sec. 3.7: clip-higher and mu > 1 vs entropy
@@ -9,6 +10,7 @@
     python bench/reproduce.py mimo-code  # MiMo: strict vs soft test-difficulty reward on the built-in code task
     python bench/reproduce.py compass    # Compass-Thinker: staged easy -> hard curriculum vs a uniform mix
     python bench/reproduce.py async      # one-step off-policy rollout (--rollout-lag 1) vs the synchronous loop
+    python bench/reproduce.py offpolicy-losses   # DAPO's token clip vs GSPO's sequence clip vs CISPO's weight cap, mu 16
     python bench/reproduce.py all
 
 Each command trains every variant of its experiments with `train.py` (the project's own recipes and flags only) for
@@ -436,9 +438,56 @@ def async_experiments():
              "thread has no core of its own and the wall times say nothing about the overlap.")]
 
 
+def offpolicy_losses_experiments():
+    """DAPO's token clip vs GSPO's sequence clip vs CISPO's weight cap, off-policy: mu = 16, then also one step stale."""
+    dapo_, gspo_, cispo_ = "DAPO token clip 0.2/0.28", "GSPO sequence clip 3e-4/4e-4", "CISPO weight cap 5"
+    variants = {dapo_: ["--algorithm", "dapo", "--clip-low", "0.2", "--clip-high", "0.28", "--loss-agg", "token-mean"],
+                gspo_: ["--algorithm", "gspo", "--clip-low", "3e-4", "--clip-high", "4e-4", "--loss-agg", "seq-mean-token-mean"],
+                cispo_: ["--algorithm", "cispo", "--clip-low", "1.0", "--clip-high", "4.0", "--loss-agg", "token-mean"]}
+    clipped = lambda r: over_run("policy/clip_frac_low")(r) + over_run("policy/clip_frac_high")(r)  # noqa: E731
+
+    def spikes(r: Run):  # steps whose grad norm exceeds 3x the run's median
+        g = [m["perf/grad_norm"] for m in r.metrics if "perf/grad_norm" in m]
+        return float(sum(x > 3 * statistics.median(g) for x in g)) if g else float("nan")
+
+    def check(exp, runs):
+        acc = final("eval/accuracy")
+        cispo_acc, gspo_acc = compare(exp, cispo_, dapo_, acc), compare(exp, gspo_, dapo_, acc)
+        more = compare(exp, gspo_, dapo_, clipped)
+        steadier = [compare(exp, v, dapo_, spikes, higher=False) for v in (gspo_, cispo_)]
+        return verdict_of([cispo_acc, gspo_acc, more]), [
+            line("final greedy accuracy, CISPO vs DAPO (MiniMax-M1 Fig. 2)", cispo_acc),
+            line("final greedy accuracy, GSPO vs DAPO (GSPO Sec. 5)", gspo_acc),
+            line("share of tokens clipped, GSPO vs DAPO (GSPO Sec. 5.2: about 100x more)", more, "{:.3g}"),
+            line("grad-norm spikes (> 3x the run's median), GSPO vs DAPO (fewer = steadier; not in the verdict)", steadier[0]),
+            line("grad-norm spikes, CISPO vs DAPO (not in the verdict)", steadier[1])]
+
+    claim = ("MiniMax-M1 Sec. 3.1 (Fig. 2): with many off-policy updates per rollout, CISPO, which keeps every token's "
+             "gradient under a capped weight, learns faster than DAPO's token clip. GSPO Sec. 5 (Sec. 5.1-5.2): the "
+             "sequence clip learns faster and more stably than the token clip, though it clips about two orders of "
+             "magnitude more tokens.")
+    table = [("greedy acc", final("eval/accuracy")), ("entropy, last 5", last("policy/entropy", 5)),
+             ("clipped tokens", clipped), ("clipped responses (GSPO)", over_run("policy/seq_clip_frac_high")),
+             ("capped tokens (CISPO)", over_run("policy/capped_frac_high")), ("grad-norm spikes", spikes),
+             ("grad norm, max", lambda r: max(m["perf/grad_norm"] for m in r.metrics))]
+    plots = [("held-out greedy accuracy", "eval:eval/accuracy"), ("token entropy", "policy/entropy"),
+             ("clipped share of tokens", lambda r: ([m["step"] for m in r.metrics],
+                                                    [m["policy/clip_frac_low"] + m["policy/clip_frac_high"] for m in r.metrics])),
+             ("grad norm", "perf/grad_norm")]
+    base = COMMON + ["--mini-batch-size", "16", "--epochs", "2", "--max-steps", "30", "--eval-every", "5", "--eval-samples", "0"]
+    note = ("mu = 16: 2 passes over 8 mini-batches of 16 of the 128 responses (DAPO's and the cispo recipe's 16 updates "
+            "per rollout; one pass of mini-batches of 8 would hold one prompt's group each). The three variants differ "
+            "in the loss alone (--algorithm, eps, aggregation), with no dynamic sampling, overlong shaping or KL. With "
+            "--rollout-lag 1 the clip acts on pi_theta / pi_prox and each token is weighted by min(pi_prox / pi_behav, 2).")
+    return [Experiment("Off-policy losses at mu = 16", claim, base, variants, check, table, plots, note=note),
+            Experiment("Off-policy losses at mu = 16, one step stale (--rollout-lag 1)", claim,
+                       base + ["--rollout-lag", "1"], variants, check, table, plots, note=note)]
+
+
 PAPERS = {"dapo": dapo_experiments, "entropy": entropy_experiments, "skywork": skywork_experiments,
           "ringlite": ringlite_experiments, "ringlite-stages": ringlite_stages_experiments, "mimo": mimo_experiments,
-          "mimo-code": mimo_code_experiments, "compass": compass_experiments, "async": async_experiments}
+          "mimo-code": mimo_code_experiments, "compass": compass_experiments, "async": async_experiments,
+          "offpolicy-losses": offpolicy_losses_experiments}
 
 
 # ------------------------------------------------------------------------------------------------

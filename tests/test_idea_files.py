@@ -1,5 +1,6 @@
 """The code a reader reads is the code that runs: a one-step run of each recipe calls its own idea file's advantages
-and policy loss (grpo.py, dapo.py or c3po.py, `--algorithm`, set by the recipe) and never another file's.
+and policy loss (grpo.py, dapo.py, c3po.py, gspo.py or cispo.py, `--algorithm`, set by the recipe) and never another
+file's.
 
 Each function is wrapped by a counter for the length of a real one-step `train.main` run, so a breakpoint in
 `dapo.policy_loss` is hit by `python train.py --recipe dapo`, and an edit to it changes what the run computes.
@@ -10,16 +11,19 @@ import collections
 import pytest
 
 import c3po
+import cispo
 import config
 import dapo
 import entropy
 import grpo
+import gspo
 import train
 
-FILES = {"grpo": grpo, "dapo": dapo, "c3po": c3po}
+FILES = {"grpo": grpo, "dapo": dapo, "c3po": c3po, "gspo": gspo, "cispo": cispo}
 # the file each recipe runs: Skywork-OR1's loss (Eq. 3.1) is DAPO's token-level loss with a symmetric eps, MiMo's and
 # Compass-Thinker's are "DAPO-style" (clip-higher, token-level loss, dynamic sampling)
-OWN = {"grpo": "grpo", "dapo": "dapo", "c3po": "c3po", "skywork": "dapo", "mimo": "dapo", "compass": "dapo"}
+OWN = {"grpo": "grpo", "dapo": "dapo", "c3po": "c3po", "skywork": "dapo", "mimo": "dapo", "compass": "dapo", "gspo": "gspo",
+       "cispo": "cispo"}
 SMALL = ["--batch-size", "16", "--group-size", "4", "--mini-batch-size", "8", "--micro-batch-size", "4",
          "--eval-problems", "4", "--eval-samples", "0", "--max-new-tokens", "32", "--reward-workers", "0",
          "--eval-every", "0", "--max-steps", "1", "--max-gen-rounds", "20"]

@@ -11,6 +11,9 @@ import torch
 
 from trainer.records import Update
 
+TOKEN_MEANS = ("clip_frac_low", "clip_frac_high", "kl", "clip_frac_dual", "capped_frac_low", "capped_frac_high")  # over
+# the update's tokens (clip_frac_dual with --dual-clip; capped_frac_*: cispo.py's weight-capped shares)
+SEQ_MEANS = ("seq_clip_frac_low", "seq_clip_frac_high")  # over its responses (gspo.py: clipped responses)
 TIS_SUMS = ("weight", "capped", "logp_gap", "tokens", "weight_sq")  # per token: min(pi_old/pi_engine, cap), its
 # cap reached, |log pi_old - log pi_engine|, the token itself, the weight squared: summed over tokens (and processes)
 
@@ -26,8 +29,10 @@ class UpdateLog:
     def add(self, stats: list[dict], grad_norm: float, first_epoch: bool):
         T = sum(s["tokens"] for s in stats) or 1
         self.agg["loss"] += sum(s["loss"] for s in stats)
-        for key in ("clip_frac_low", "clip_frac_high", "kl") + (("clip_frac_dual",) if "clip_frac_dual" in stats[0] else ()):
-            self.agg[key] = self.agg.get(key, 0.0) + sum(s[key] * s["tokens"] for s in stats) / T
+        S = sum(s["seqs"] for s in stats) or 1
+        for key in [k for k in TOKEN_MEANS + SEQ_MEANS if k in stats[0]]:  # the metrics the run's policy_loss returns
+            w, total = ("seqs", S) if key in SEQ_MEANS else ("tokens", T)
+            self.agg[key] = self.agg.get(key, 0.0) + sum(s[key] * s[w] for s in stats) / total
         self.agg["entropy"] += sum(s["entropy_sum"] for s in stats) / T
         self.agg["grad_norm"] += grad_norm
         self.updates += 1
