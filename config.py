@@ -253,7 +253,7 @@ class Config:
     loss_agg: str = flag(LOSS, "seq-mean-token-mean", "loss aggregation: seq-mean-token-mean (GRPO), token-mean (DAPO), seq-mean-token-sum",
                          choices=grpo.LOSS_AGG)
     clip_low: float = flag(LOSS, 0.2, "eps_low: ratio clipped below at 1 - eps_low",
-                           check=within(0, 1, high_open=True, note="(the ratio is clipped below at 1 - eps_low > 0)"))
+                           check=within(0, 1, note="(the ratio is clipped below at 1 - eps_low >= 0)"))
     clip_high: float = flag(LOSS, 0.2, "eps_high: ratio clipped above at 1 + eps_high (DAPO clip-higher: 0.28)",
                             check=at_least(0))
     dual_clip: float = flag(LOSS, 0.0, "dual-clip PPO constant C > 1: the clipped loss of a negative advantage is at most C*|A| "

@@ -112,8 +112,9 @@ def clipped_surrogate(logp, old_logp, advantages, mask, clip_low: float = 3e-4, 
 def dual_clip(loss_tok: torch.Tensor, advantages: torch.Tensor, c: float):
     """Dual-clip PPO (Ye et al. 2020, arXiv 1912.09729) on a per-token clipped loss (N, T): for A < 0 the loss is
     at most c * |A|, so a ratio far above 1 + eps on a negative advantage cannot push the loss up without bound.
-    verl's compute_policy_loss_vanilla (clip_ratio_c, 3.0 by default, always on) and AReaL's ppo_actor_loss_fn
-    (c_clip, off by default). Returns the loss and where the bound is active, (N, T) bool."""
+    verl's compute_policy_loss_vanilla (clip_ratio_c, 3.0 by default, always on; 1dda039, 2026-08-22) and AReaL's
+    ppo_actor_loss_fn (c_clip, off by default; cbff54d, 2026-08-22). Returns the loss and where the bound is active,
+    (N, T) bool."""
     if not c > 1:
         raise ValueError(f"the dual-clip constant must be > 1, got {c}")
     adv = advantages.unsqueeze(-1).to(loss_tok.dtype).expand_as(loss_tok)  # (N, T)
@@ -130,7 +131,9 @@ def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: f
     seq-mean-token-sum   1/num_seqs  * sum_i sum_t m_it l_it                  Dr. GRPO-style (no length normaliser)
     num_seqs / num_tokens default to this tensor's own counts; pass the mini-batch totals when it is a micro-batch.
     num_seqs counts the NON-EMPTY rows: a fully masked row (DAPO's overlong filter, C3PO's budget) leaves the loss and
-    the mean, as verl's agg_loss does (seq_mask); TRL divides by all rows, which shrinks the others' gradient.
+    the mean. verl (1dda039, 2026-08-22) counts them only when given no global batch size; its trainer divides by
+    every row of the mini-batch (num_seqs = all rows gives its number), and TRL (f2cd577, 2026-07-24) by all rows of
+    the micro-batch: both shrink the others' gradient (grpo.py's module docstring).
     """
     mask = mask.to(loss_tok.dtype)
     if mode == "token-mean":
@@ -141,7 +144,7 @@ def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: f
         per_seq = per_seq / mask.sum(-1).clamp(min=1)
     elif mode != "seq-mean-token-sum":
         raise ValueError(f"unknown loss aggregation {mode!r}; expected one of {LOSS_AGG}")
-    denom = num_seqs if num_seqs is not None else (mask.sum(-1) > 0).sum().clamp(min=1)  # non-empty rows (verl)
+    denom = num_seqs if num_seqs is not None else (mask.sum(-1) > 0).sum().clamp(min=1)  # non-empty rows
     return per_seq.sum() / denom
 
 

@@ -21,7 +21,7 @@ BAD = {  # train.py: field -> values that must be refused
     "rollout_lag": ["2", "-1"], "batch_size": ["0", "-8", "12"], "group_size": ["1", "0"],
     "temperature": ["0", "-1"], "top_p": ["0", "1.5", "-0.5"], "max_new_tokens": ["0", "-1"],
     "vllm_gpu_memory_utilization": ["0", "1.5"], "tis_cap": ["-1", "0.5"], "reward_timeout": ["0", "-1"],
-    "reward_workers": ["-1"], "correct_reward": ["-5"], "wrong_reward": ["2"], "clip_low": ["-0.1", "1"],
+    "reward_workers": ["-1"], "correct_reward": ["-5"], "wrong_reward": ["2"], "clip_low": ["-0.1", "1.5"],
     "clip_high": ["-0.1"], "dual_clip": ["0.5", "-1"], "kl_coef": ["-1"], "lr": ["0", "-1"], "warmup_steps": ["-1"],
     "weight_decay": ["-1"], "grad_clip": ["0", "-1"], "mini_batch_size": ["0", "-1", "3"], "epochs": ["0"],
     "gen_batch_factor": ["0"], "seamless_max_wave": ["-1"], "overlong_buffer": ["-1", "64"], "token_budget": ["-1"],
@@ -155,3 +155,10 @@ def test_lora_merge_refuses_bad_paths(tmp_path, capsys):
     assert one_error_line(capsys.readouterr().err, "--merge") and not out.exists()
     assert data.cli(lora.main, ["--merge", str(tmp_path)]) == 2  # argparse: one line, not usage + message
     assert one_error_line(capsys.readouterr().err, "--out")
+
+
+@pytest.mark.parametrize("recipe", list(config.RECIPES))
+def test_every_recipe_passes_the_checks(recipe):
+    """A recipe's values are flags' values too: each lies in its flag's range (cispo's eps_low = 1, no floor)."""
+    cfg = config.parse_config(["--recipe", recipe])
+    assert cfg.recipe == recipe
