@@ -35,8 +35,10 @@ Notable features
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -316,7 +318,12 @@ class VLLMEngine(Engine):
         on_gpu = torch.cuda.is_available()
         if not on_gpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(cpu_kv_cache_gib)))
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # no INFO lines on every weight sync
+        # vLLM's start-up lines off (VLLM_LOGGING_LEVEL=INFO or WARNING brings them back): its logger at ERROR, also for
+        # the lines logged before vLLM configures it (Triton's CPU backend), its FutureWarnings, the weights' bar
+        if "VLLM_LOGGING_LEVEL" not in os.environ:
+            os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"
+            logging.getLogger("vllm").setLevel(logging.ERROR)
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm(\.|$)")
         from vllm import LLM  # lazy: this module imports without vllm
 
         _quiet_expected_reload_warnings()
@@ -333,6 +340,7 @@ class VLLMEngine(Engine):
             "logprobs_mode": "processed_logprobs",  # log-probs after temperature, like the trainer's
             "max_model_len": max_model_len,
             "enforce_eager": (not on_gpu) if enforce_eager is None else enforce_eager,  # CPU: skip a ~50 s compile
+            "use_tqdm_on_load": False,  # the training bar is the one bar
         }
         if on_gpu:
             kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep)

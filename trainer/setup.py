@@ -71,14 +71,12 @@ class Task:
 
 
 def quiet_libraries():
-    """transformers', the hub's and vLLM's load / save progress bars and info lines off: the training bar is the one
-    bar."""
+    """transformers' and the hub's load / save progress bars and info lines off: the training bar is the one bar."""
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM's start-up info and warnings (VLLM_LOGGING_LEVEL=INFO shows them)
 
 
 def load_inputs(cfg: Config):
