@@ -218,3 +218,28 @@ def test_ctrl_c_while_workers_start_up():
     time.sleep(0.5)
     assert p.returncode == 130 and err.strip() == "interrupted", err[-3000:]
     assert not alive_in_group(p.pid)
+
+
+@pytest.mark.parametrize("target", ["group", "main"])
+def test_ctrl_c_in_evaluate(target, trained_model_path):
+    """evaluate.py (and every tool run through data.cli) ends a Ctrl-C with one line and exit status 130: no
+    KeyboardInterrupt traceback, no reward worker left behind."""
+    p = subprocess.Popen([sys.executable, "evaluate.py", "--model", trained_model_path, "--eval-problems", "400",
+                          "--samples", "8"], cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    err = []
+    threading.Thread(target=lambda: err.extend(p.stderr), daemon=True).start()
+    t0 = time.time()
+    while not any(line.startswith("evaluating ") for line in err) and time.time() - t0 < 120 and p.poll() is None:
+        time.sleep(0.05)
+    time.sleep(1.0)  # inside the evaluation
+    assert p.poll() is None, "".join(err)[-2000:]
+    os.killpg(p.pid, signal.SIGINT) if target == "group" else p.send_signal(signal.SIGINT)
+    p.wait(timeout=60)
+    time.sleep(1.0)
+    text = "".join(err)
+    assert p.returncode == 130, text[-3000:]
+    for bad in ("Traceback", "KeyboardInterrupt", "Error"):
+        assert bad not in text, text[-3000:]
+    assert text.strip().splitlines()[-1].startswith("interrupted (evaluate.py)"), text[-1000:]
+    assert not alive_in_group(p.pid)
