@@ -162,3 +162,23 @@ def test_every_recipe_passes_the_checks(recipe):
     """A recipe's values are flags' values too: each lies in its flag's range (cispo's eps_low = 1, no floor)."""
     cfg = config.parse_config(["--recipe", recipe])
     assert cfg.recipe == recipe
+
+
+def test_progress_bars_in_a_log_file_are_lines(capsys):
+    """Where stderr is a file or a pipe (here: pytest's capture) a progress bar writes plain lines, no carriage
+    returns that would make a log one unreadable line."""
+    import runs
+
+    bar = runs.progress_bar(range(3), desc="steps")
+    for _ in bar:
+        bar.set_postfix(acc="0.5")
+    bar.close()
+    err = capsys.readouterr().err
+    assert "\r" not in err and "\x1b" not in err and "3/3" in err.splitlines()[-1]
+
+
+def test_evaluate_help_names_each_default_once(capsys):
+    with pytest.raises(SystemExit):
+        evaluate.main(["--help"])
+    out = capsys.readouterr().out
+    assert "(default: None)" not in out and "(default: )" not in out and "default: the run's, else 400" in out
