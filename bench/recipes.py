@@ -43,6 +43,7 @@ COLUMNS = {
     "policy/entropy_coef": "entropy coef", "data/easy_slot_share_total": "easy-slot share",
     "data/easy_pool_size": "easy pool", "data/stage": "stage", "data/dropped_total": "dropped",
 }
+NOT_SHOWN = {"output_dir", "seed", "overwrite", "resume", "model"}  # a run's own, not the recipe's settings
 LAST = ("data/stage", "data/easy_pool_size", "data/dropped_total")  # shown with their last value too
 
 
@@ -60,13 +61,17 @@ def measure(recipe: str, out: str, rest: list[str], at: str) -> dict:
     """Train `recipe` and collect its row; `at`: the commit whose code this process imported (read at its start)."""
     import train
 
-    load0, t0 = os.getloadavg()[0], time.time()
-    hist = train.main(["--recipe", recipe, "--output-dir", out, "--overwrite", *rest])
+    load0 = os.getloadavg()[0]
+    train.main(["--recipe", recipe, "--output-dir", out, "--overwrite", *rest])
+    return read_run(recipe, out, at, load=[round(load0, 1), round(os.getloadavg()[0], 1)])
+
+
+def read_run(recipe: str, out: str, at: str, load=None) -> dict:
+    """One seed's row from a finished run directory (its config.json, metrics.jsonl, evals.jsonl, summary.json)."""
     cfg = json.load(open(os.path.join(out, "config.json")))
     s = json.load(open(os.path.join(out, "summary.json")))
+    hist = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     evals = [json.loads(line) for line in open(os.path.join(out, "evals.jsonl"))]
-    import runs
-
     techniques = {}
     for k in COLUMNS:
         vals = [h[k] for h in hist if isinstance(h.get(k), (int, float))]
@@ -83,14 +88,19 @@ def measure(recipe: str, out: str, rest: list[str], at: str) -> dict:
             "accuracy": [[e["step"], e[key]] for e in evals if key in e],  # every evaluation: (step, greedy accuracy)
             "avg_before": s.get(f"{name}avg@{k}_before"), "avg_after": s.get(f"{name}avg@{k}_after"),
             "pass_before": s.get(f"{name}pass@{k}_before"), "pass_after": s.get(f"{name}pass@{k}_after")}
-    return {"recipe": recipe, "commit": at, "date": datetime.date.today().isoformat(),
-            "command": " ".join(["python train.py --recipe", recipe, *rest[:-2]]), "steps": cfg["max_steps"],
+    import config
+
+    defaults = vars(config.parse_config(["--recipe", recipe]))  # the command: the flags that differ from the recipe's
+    rest = [f"--{k.replace('_', '-')} {v}" for k, v in cfg.items() if k in defaults and k not in NOT_SHOWN and v != defaults[k]]
+    date = datetime.date.fromtimestamp(os.path.getmtime(os.path.join(out, "summary.json"))).isoformat()
+    return {"recipe": recipe, "commit": at, "date": date,
+            "command": " ".join(["python train.py --recipe", recipe, *rest]), "steps": cfg["max_steps"],
             "mu": cfg["epochs"] * cfg["batch_size"] // cfg["mini_batch_size"], "k": k,
             "eval_temperature": cfg["eval_temperature"], "eval_top_p": cfg["eval_top_p"],
             "eval_problems": s["eval_problems"], "wall_time_s": s["wall_time_s"], "tasks": per_task,
             "techniques": techniques, "seed": cfg["seed"],
-            "machine": {**runs.machine(), "load_start": round(load0, 1), "load_end": round(os.getloadavg()[0], 1),
-                        "bench_s": round(time.time() - t0)}}
+            "machine": {**cfg.get("machine", {}), "load_start": load[0] if load else None,
+                        "load_end": load[1] if load else None}}
 
 
 def merge_seeds(runs_: list[dict], env: str = "") -> dict:
@@ -181,7 +191,7 @@ def table(results: dict) -> str:
         commits = sorted({r["commit"] for r in rows})
         dates = sorted({r["date"] for r in rows})
         seeds = sorted({", ".join(r["seeds"]) for r in rows})
-        loads = [v for r in rows for s in r["seeds"].values() for v in s["load"]]
+        loads = [v for r in rows for s in r["seeds"].values() for v in s["load"] if v is not None] or [0]
         cmds = sorted({" ".join(r["command"].split()[4:-2]) for r in rows} - {""})
         m = rows[0]["machine"]
         lines.append(f"Measured with `python bench/recipes.py` ({rows[0]['steps']} steps each, {rows[0]['eval_problems']} "
@@ -192,10 +202,10 @@ def table(results: dict) -> str:
                      "recorded; ") + f"load {min(loads):.0f}–{max(loads):.0f}: the wall times are inflated); "
                      "`bench/results/recipes.json` holds every figure.")
     if old:
-        lines.append(f"† {', '.join(r['recipe'] for r in old)}: one seed, measured at commit "
-                     f"{', '.join(sorted({r['commit'] for r in old}))} ({', '.join(sorted({r['date'] for r in old}))}), "
-                     f"before the table had seeds; `python bench/recipes.py --recipes {','.join(r['recipe'] for r in old)}` "
-                     "measures them over the seeds on the current code.")
+        lines.append(f"† {', '.join(r['recipe'] + ' (seed ' + ', '.join(r['seeds']) + ')' for r in old)}: fewer seeds, "
+                     f"measured at commit {', '.join(sorted({r['commit'] for r in old}))} "
+                     f"({', '.join(sorted({r['date'] for r in old}))}); `python bench/recipes.py --recipes "
+                     f"{','.join(r['recipe'] for r in old)}` measures them over {n_seeds} seeds on the current code.")
     for p in probes:  # the same recipe on another kernel path: where it lands against the seeds' spread
         base = results["rows"].get(p["recipe"].split(" [")[0])
         if base is None:
@@ -231,6 +241,8 @@ def main():
     ap.add_argument("--table", action="store_true", help="print the table from the results file; no training")
     ap.add_argument("--update-readme", action="store_true", help="write the table into README.md; no training")
     ap.add_argument("--results", default=RESULTS, help="the results file")
+    ap.add_argument("--collect", default="", help="no training: the rows from the finished run directories under "
+                                                  "--out (RECIPE-seedS), measured at this commit")
     ap.add_argument("rest", nargs="*", help="extra train.py arguments (after --)")
     a = ap.parse_args()
     if a.table or a.update_readme:
@@ -242,6 +254,16 @@ def main():
         name, _, value = a.env.partition("=")
         if os.environ.get(name) != value:  # read when torch is imported: this process again, with it set
             os.execvpe(sys.executable, [sys.executable, *sys.argv], {**os.environ, name: value})
+    if a.collect:  # runs this script started and did not finish (stopped between seeds): their finished seeds
+        for r in a.recipes.split(","):
+            tag = (f"-{a.env.replace('=', '-')}" if a.env else "")
+            done = [os.path.join(a.out, f"{r}-seed{seed}{tag}") for seed in a.seeds.split(",")]
+            done = [d for d in done if os.path.exists(os.path.join(d, "summary.json"))]
+            if done:
+                row = merge_seeds([read_run(r, d, a.collect) for d in done], a.env)
+                save(row, a.results)
+                print(f"{row['recipe']}: seeds {', '.join(row['seeds'])} from {a.out} written to {a.results}")
+        return
     at = commit()  # before train.py is imported: the code measured
     for r in a.recipes.split(","):
         runs_ = []
