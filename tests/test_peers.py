@@ -311,3 +311,35 @@ def test_filter_groups_equal_scores_verl_recipe_keeps_by_rounding():
     kept = set(_verl_recipe_kept_uids([0, 0, 0, 1, 1, 1, 2, 2, 2], scores))
     assert kept == {0, 2}
     assert dapo.filter_groups(scores, 3).tolist() == [False, False, True]
+
+
+# verl 4f80e46 (2025-05-01), the commit of the DAPO run that reached 50-52% AIME: core_algos.agg_loss's token-mean
+# (verl_F.masked_mean) per micro-batch, scaled in dp_actor.update_policy with use_dynamic_bsz (its 32B script) by
+# len(data) / ppo_mini_batch_size; one rank
+def _verl_4f80e46_token_mean(loss_mat, loss_mask, micro_batches, ppo_mini_batch_size):
+    total = 0.0
+    for idx in micro_batches:
+        values, mask = loss_mat[idx], loss_mask[idx]
+        pg_loss = (values * mask).sum() / (mask.sum() + 1e-8)  # masked_mean
+        total = total + pg_loss * (len(idx) / ppo_mini_batch_size)
+    return total
+
+
+def test_token_mean_verl_now_and_the_dapo_run():
+    """dapo.py: verl 1dda039's token-mean divides by the mini-batch's tokens (dapo.aggregate with num_tokens = them);
+    the reproduction run's verl (4f80e46) averaged micro-batch token means weighted by rows: equal only when every
+    micro-batch holds the same tokens per response."""
+    g = torch.Generator().manual_seed(2)
+    loss = torch.randn(8, 6, generator=g, dtype=F64)
+    mask = (torch.arange(6) < torch.tensor([[6], [1], [3], [5], [2], [6], [4], [4]])).to(F64)
+    micro = [[0, 1, 2, 3], [4, 5, 6, 7]]  # 15 and 16 tokens
+    total = mask.sum()
+    now = sum(_verl_agg_loss(loss[i], mask[i], "token-mean", batch_num_tokens=total) for i in micro)
+    ours = sum(dapo.aggregate(loss[i], mask[i], "token-mean", num_tokens=total) for i in micro)
+    assert now.item() == pytest.approx(ours.item(), rel=1e-13)
+    assert now.item() == pytest.approx(dapo.aggregate(loss, mask, "token-mean").item(), rel=1e-13)
+    then = _verl_4f80e46_token_mean(loss, mask, micro, 8)
+    assert abs(then.item() - ours.item()) > 1e-3
+    even = (torch.arange(6) < torch.tensor([[6], [1], [3], [6], [2], [5], [4], [5]])).to(F64)  # 16 and 16 tokens
+    assert _verl_4f80e46_token_mean(loss, even, micro, 8).item() == pytest.approx(
+        dapo.aggregate(loss, even, "token-mean").item(), rel=1e-7)
