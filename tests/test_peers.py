@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 import torch
 
+import c3po
 import cispo
 import dapo
+import grpo
 import gspo
 
 F64 = torch.float64
@@ -85,6 +87,29 @@ def _verl_cispo(old_log_prob, log_prob, advantages, response_mask, clip_ratio_lo
                              **global_batch_info)
     return pg_loss, pg_clipfrac
 
+
+
+def _verl_vanilla(old_log_prob, log_prob, advantages, response_mask, clip_ratio_low, clip_ratio_high, clip_ratio_c=3.0,
+                  loss_agg_mode="token-mean", rollout_is_weights=None, **global_batch_info):
+    """compute_policy_loss_vanilla (clip_ratio_c read with config.get("clip_ratio_c", 3.0)): loss, pg_clipfrac_lower."""
+    assert clip_ratio_c > 1.0
+    negative_approx_kl = log_prob - old_log_prob
+    negative_approx_kl = torch.clamp(negative_approx_kl, min=-20.0, max=20.0)
+    ratio = torch.exp(negative_approx_kl)
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    pg_losses3 = -advantages * clip_ratio_c
+    clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
+    pg_clipfrac_lower = _verl_masked_mean(
+        torch.gt(clip_pg_losses1, pg_losses3) * (advantages < 0).float(), response_mask
+    )
+    pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
+    pg_loss = _verl_agg_loss(loss_mat=pg_losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode,
+                             **global_batch_info)
+    return pg_loss, pg_clipfrac_lower
 
 # verl 1dda039: verl/experimental/reward_loop/reward_manager/dapo.py, the overlong shaping of one response's score
 def _verl_overlong_reward(valid_response_length, max_resp_len, overlong_buffer_len, overlong_penalty_factor):
@@ -343,3 +368,20 @@ def test_token_mean_verl_now_and_the_dapo_run():
     even = (torch.arange(6) < torch.tensor([[6], [1], [3], [6], [2], [5], [4], [5]])).to(F64)  # 16 and 16 tokens
     assert _verl_4f80e46_token_mean(loss, even, micro, 8).item() == pytest.approx(
         dapo.aggregate(loss, even, "token-mean").item(), rel=1e-7)
+
+
+
+# ---- the dual clip (grpo.py, dapo.py, c3po.py, gspo.py, async_rollout.py) --------------------------------------------
+@pytest.mark.parametrize("mod,agg", [(grpo, "seq-mean-token-mean"), (dapo, "token-mean"), (c3po, "token-mean")])
+def test_dual_clip_3_reproduces_verls_vanilla_loss(mod, agg):
+    """grpo.dual_clip / async_rollout.py: `--dual-clip 3` reproduces verl's compute_policy_loss_vanilla (clip_ratio_c
+    3.0, always on there), the rollout IS weights multiplying the per-token loss after the bound: value, gradient, and
+    verl's pg_clipfrac_lower is our clip_frac_dual."""
+    logp, old, adv, mask, w = _batch(scale=1.5)  # ratios far above 1 + eps on negative advantages: the bound binds
+    a, lower = _verl_vanilla(old, logp, adv.unsqueeze(-1).expand_as(logp), mask, 0.2, 0.28, 3.0, agg,
+                             rollout_is_weights=w)
+    b, mb = mod.policy_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.28, loss_agg=agg, dual_clip_c=3.0,
+                            token_weights=w, kl_coef=0.0)
+    assert a.item() == pytest.approx(b.item(), rel=1e-12)
+    assert torch.allclose(_grad(a, logp), _grad(b, logp), rtol=1e-12, atol=1e-15)
+    assert lower.item() == pytest.approx(mb["clip_frac_dual"], rel=1e-7) and mb["clip_frac_dual"] > 0
