@@ -385,3 +385,51 @@ def test_dual_clip_3_reproduces_verls_vanilla_loss(mod, agg):
     assert a.item() == pytest.approx(b.item(), rel=1e-12)
     assert torch.allclose(_grad(a, logp), _grad(b, logp), rtol=1e-12, atol=1e-15)
     assert lower.item() == pytest.approx(mb["clip_frac_dual"], rel=1e-7) and mb["clip_frac_dual"] > 0
+
+
+# verl 1dda039: core_algos.compute_grpo_outcome_advantage (outcome rewards; returns the advantage, token-broadcast)
+def _verl_grpo_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6, norm_adv_by_std_in_grpo=True):
+    from collections import defaultdict
+
+    scores = token_level_rewards.sum(dim=-1)
+    id2score = defaultdict(list)
+    id2mean = {}
+    id2std = {}
+    with torch.no_grad():
+        bsz = scores.shape[0]
+        for i in range(bsz):
+            id2score[index[i]].append(scores[i])
+        for idx in id2score:
+            if len(id2score[idx]) == 1:
+                id2mean[idx] = torch.tensor(0.0)
+                id2std[idx] = torch.tensor(1.0)
+            elif len(id2score[idx]) > 1:
+                scores_tensor = torch.stack(id2score[idx])
+                id2mean[idx] = torch.mean(scores_tensor)
+                id2std[idx] = torch.std(scores_tensor)
+        for i in range(bsz):
+            if norm_adv_by_std_in_grpo:
+                scores[i] = (scores[i] - id2mean[index[i]]) / (id2std[index[i]] + epsilon)
+            else:
+                scores[i] = scores[i] - id2mean[index[i]]
+        scores = scores.unsqueeze(-1) * response_mask
+    return scores, scores
+
+
+@pytest.mark.parametrize("scale", [True, False])
+def test_group_advantages_equal_verls(scale):
+    """grpo.py: A = (R - mean) / (std + 1e-6), the unbiased (N-1) std, as verl's compute_grpo_outcome_advantage;
+    scale_by_std=False is its norm_adv_by_std_in_grpo=False (Dr. GRPO)."""
+    g = torch.Generator().manual_seed(4)
+    G, B, T = 8, 6, 3
+    rewards = torch.randint(0, 2, (B * G,), generator=g).to(F64) + 0.25 * torch.rand(B * G, generator=g, dtype=F64)
+    rewards[:G] = 1.0  # an all-equal group: advantage 0 in both
+    tlr = torch.zeros(B * G, T, dtype=F64)
+    tlr[:, -1] = rewards  # verl puts the outcome reward on the last response token
+    verl, _ = _verl_grpo_outcome_advantage(tlr, torch.ones(B * G, T, dtype=F64), np.repeat(np.arange(B), G),
+                                           norm_adv_by_std_in_grpo=scale)
+    ours = grpo.group_advantages(rewards, G, scale_by_std=scale)
+    assert ours.dtype == torch.float32  # statistics in float64, the advantage returned in float32
+    assert torch.allclose(verl[:, 0], ours.to(F64), rtol=1e-7, atol=1e-7)
+    assert torch.equal(verl[:, 0].float(), ours)  # the float64 value, rounded once
+    assert torch.equal(ours[:G], torch.zeros(G, dtype=ours.dtype))
