@@ -26,8 +26,9 @@ Where the paper leaves a choice, and what this file chooses (the peers as read i
 their losses run beside this file's in tests/test_peers.py and tests/test_gspo.py):
   * Aggregation: Eq. 5 has one term per response and 1/G over them: grpo.py's seq-mean-token-mean, the sequence's
     loss broadcast over its tokens (whose mean returns it), then the mean over responses; the only length
-    normalisation is inside s_i. verl forces this mode for GSPO; TRL gives it with loss_type="grpo" only (its default
-    "dapo" weights each response by its length, as loss_agg="token-mean" does here: allowed, and named so).
+    normalisation is inside s_i. verl forces this mode for GSPO; of TRL's clipped losses only loss_type="grpo" gives
+    it (its default "dapo" weights each response by its length, as loss_agg="token-mean" does here: allowed, and
+    named so).
     A response with no token in the loss (the overlong filter) leaves the mean; verl's trainer (its global batch
     size, every row of the mini-batch) and TRL (every row of the micro-batch) count it as 0 (`aggregate`).
   * The ratio: a masked mean over the tokens that count, no clamp on the log-ratio (TRL; verl clamps it at 10), the
