@@ -22,23 +22,27 @@ Same functions, same order as grpo.py, so `diff grpo.py cispo.py` is CISPO's cha
     sum_i |o_i|       num_tokens                  float     response tokens of the whole mini-batch (dapo.py)
     (rest as grpo.py: R_i rewards (N,), A_i advantages (N,), logp/old_logp/ref_logp/mask (N, T))
 
-Where the paper leaves a choice, and what this file chooses:
+Where the paper leaves a choice, and what this file chooses (the peers as read in their code: verl = verl-project/verl
+1dda039, 2026-08-22; TRL = huggingface/trl f2cd577, 2026-07-24; AReaL = areal-project/AReaL cbff54d, 2026-08-22;
+their losses run beside this file's in tests/test_peers.py and tests/test_cispo.py):
   * The cap: M1 tunes only eps_high and gives no value; it sets eps_low "to a large value" (no lower bound). The cap is
     written 1 + eps_high, as the paper's Eq. 5 writes it and as --clip-high means in every file here (slime, NeMo-RL,
     AReaL and verl do the same). TRL's epsilon_high (and ScaleRL's eps_max) is the cap itself: TRL epsilon_high=5.0
     is clip_high=4.0 here; with epsilon_high unset TRL caps every weight at its epsilon, 0.2. Default eps_high = 4,
-    a cap of 5: TRL's recommended value, slime's and AReaL's (1 + 4), the middle of ScaleRL's {4, 5, 8}, which it found
-    alike. eps_low = 1: the weight's floor is 0, which a ratio never reaches (slime, AReaL, NeMo-RL).
+    a cap of 5: TRL's recommended value, slime's and AReaL's (1 + 4, its help text's), the middle of ScaleRL's
+    {4, 5, 8}, which it found alike. eps_low = 1: the weight's floor is 0, which a ratio never reaches (slime, AReaL's
+    help text, NeMo-RL).
   * The normaliser: Eq. 4 divides by the tokens of one prompt's G responses, then averages over prompts; here, as in
-    dapo.py (and TRL, verl's token-mean), by the mini-batch's response tokens: equal when the prompts' groups hold
-    as many tokens each.
-  * The loss value is -sg(r^) A log pi (TRL's): not a surrogate that is ~0 on-policy, but its gradient is
-    sg(r^) A grad log pi. On-policy (mu = 1) the weight is exactly 1 and the gradient is REINFORCE's with a token
-    mean, DAPO's at ratio 1 (tests/test_cispo.py): CISPO acts only when the ratio leaves 1 (M1: 16 off-policy
-    updates per rollout; the cispo recipe: mu = 16). --rollout-lag 1 alone does not move it: the ratio is then
+    dapo.py (and verl's token-mean; TRL's generation batch, the optimizer step's by default), by the mini-batch's
+    response tokens: equal when the prompts' groups hold as many tokens each.
+  * The loss value is -sg(r^) A log pi (TRL's, verl's and AReaL's): not a surrogate that is ~0 on-policy, but its
+    gradient is sg(r^) A grad log pi. On-policy (mu = 1) the weight is exactly 1 and the gradient is REINFORCE's
+    with a token mean, DAPO's at ratio 1 (tests/test_cispo.py): CISPO acts only when the ratio leaves 1 (M1: 16
+    off-policy updates per rollout; the cispo recipe: mu = 16). --rollout-lag 1 alone does not move it: the ratio is then
     pi_theta / pi_prox, 1 on the first update, and the staleness enters as the weight below.
   * Clip shares: clip_frac_* count the tokens PPO's clip would drop (A > 0 above the cap, A < 0 below the floor: the
-    unified mask's zeros; TRL's cispo_clip_ratio is the high one); capped_frac_* every token whose weight is capped.
+    unified mask's zeros; TRL's cispo_clip_ratio is the high one); capped_frac_* every token whose weight is capped
+    (verl's pg_clipfrac and AReaL's clip_mask are their sum).
   * Composition: token_weights (the engine's TIS weights; --rollout-lag's pi_prox/pi_behav) multiply the capped
     weight, AReaL's decoupled form (the cap on pi_theta/pi_prox, then the behaviour weight); ScaleRL folds staleness
     into the ratio itself. The overlong filter masks tokens. The dual clip is refused (NeMo-RL asserts the same).
@@ -104,7 +108,8 @@ def clipped_surrogate(logp, old_logp, advantages, clip_low: float = 1.0, clip_hi
 
 def dual_clip(loss_tok: torch.Tensor, advantages: torch.Tensor, c: float):
     """CISPO change 5: refused. The dual clip bounds PPO's min() for A < 0 (grpo.dual_clip); CISPO has no min() and its
-    weight is capped already (NeMo-RL asserts the same; slime, AReaL, TRL and verl have none). config.py stops
+    weight is capped already (NeMo-RL asserts the same; slime has none, nor have the CISPO losses of AReaL, TRL and
+    verl at the commits the module docstring names). config.py stops
     --dual-clip with --algorithm cispo with one line."""
     raise ValueError(f"CISPO has no dual clip (its importance weight is capped already), got dual_clip_c={c}")
 

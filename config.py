@@ -27,7 +27,8 @@ import runs
 # Anything not listed keeps the Config default (GRPO): reward 1/0, eps 0.2/0.2, one update per rollout (mu = 1),
 # --filter-metric auto (correctness; the partial scores under code-strict / code-soft), greedy + avg@4 evaluation.
 # mu (updates per rollout) = batch_size / mini_batch_size: DAPO, MiMo and Compass make 16 (mini-batch = 1/16 of the
-# rollout: 512 of 8192 responses in DAPO's verl script, 32 of 512 prompts in MiMo, 32 of 128 in Compass), scaled
+# rollout: 512 of 8192 responses in DAPO's verl script, verl-recipe 48ea0a7 dapo/run_dapo_qwen2.5_32b.sh; 32 of 512
+# prompts in MiMo, 32 of 128 in Compass), scaled
 # here to mini-batches of 16 of the 256 responses. Measured on the built-in task at the default lr 1e-4: mu = 16
 # still learns and clip-higher acts (clip fractions > 0 on every step; README "Recipes").
 MU16 = dict(mini_batch_size=16)
@@ -36,10 +37,10 @@ RECIPES = {
     # --template dapo --reward math-dapo). The other papers do not print theirs [unspecified]: their recipes keep
     # 'auto' (the tokenizer's chat template, else plain) and the \boxed{} reward, so that the recipes compare.
     "grpo": {},  # DeepSeekMath GRPO without KL (add --kl-coef 0.04 for the original)
-    "dapo": dict(  # DAPO Sec. 3, Alg. 1 and verl's recipe/dapo scripts
+    "dapo": dict(  # DAPO Sec. 3, Alg. 1 and verl's DAPO recipe scripts (verl-project/verl-recipe 48ea0a7, 2026-08-05)
         algorithm="dapo", wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, overlong_buffer=16,
         **MU16,  # 16 updates per rollout (train batch 512 prompts x 16, ppo_mini_batch_size 32 prompts)
-        gen_batch_factor=3,  # verl recipe/dapo: gen_batch_size 1536 = 3 x train_batch_size 512, up to 10 rounds
+        gen_batch_factor=3,  # the recipe: gen_batch_size 1536 = 3 x train_batch_size 512, up to 10 rounds
         eval_temperature=1.0, eval_top_p=0.7),  # Sec. 4.1: avg@32 at T = 1.0, top-p 0.7
     "c3po": dict(  # Ring-lite Sec. 3.2, 4.1: token budget, KL 1e-3, entropy bonus 5e-4, 1/0 reward; on-policy (mu = 1:
         # the paper's "minibatch 2" is unexplained and Phi tokens per update is the budget's own unit)
@@ -229,14 +230,20 @@ class Config:
                         check=PROBABILITY)
     max_new_tokens: int = flag(ROLLOUT, 64, "maximum response length in tokens (responses hitting it are 'truncated')",
                                check=at_least(1))
+    # TRL (huggingface/trl f2cd577, 2026-07-24): 0.3 in its colocate mode, the GPU shared with training (0.9 was for a
+    # GPU of its own, before the colocate mode)
     vllm_gpu_memory_utilization: float = flag(ROLLOUT, 0.3, "vLLM on GPU: share of GPU memory for its weights and KV cache "
-                                                            "(the rest is the trainer's; TRL moved its default 0.9 -> 0.3 after OOM reports)",
+                                                            "(the rest is the trainer's; TRL's colocate mode "
+                                                            "defaults to 0.3)",
                                               check=PROBABILITY)
     vllm_sleep: bool = flag(ROLLOUT, False, "vLLM on GPU: sleep the engine (free its KV cache) during the optimizer updates")
+    # The peers' names for --tis-cap / --tis-mode (rollout.tis_weights names the versions read: TRL f2cd577, 2026-07-24;
+    # verl-project/verl 1dda039 and areal-project/AReaL cbff54d, 2026-08-22); 2.0 is verl's rollout_is_threshold default
     tis_cap: float = flag(ROLLOUT, 0.0, "truncated importance sampling (rollout.tis_weights): each token's surrogate term is weighted by "
                                         "min(pi_old / pi_engine, cap), correcting for the engine sampling from a slightly different "
                                         "distribution than the trainer's (other kernels, bf16); 0 = off; needs an engine that returns "
-                                        "log-probs (--rollout vllm). TRL's vllm_importance_sampling_cap; 2.0 is a common cap",
+                                        "log-probs (--rollout vllm). TRL's vllm_importance_sampling_clip_max; "
+                                        "2.0 is a common cap",
                           check=lambda v: (v < 0 or 0 < v < 1) and f"must be 0 (off) or >= 1, got {v}")
     # --- reward ---
     tis_mode: str = flag(ROLLOUT, "truncate", "what a --tis-cap weight above the cap becomes (rollout.tis_weights): 'truncate' = the "
@@ -260,6 +267,7 @@ class Config:
                            check=within(0, 1, note="(the ratio is clipped below at 1 - eps_low >= 0)"))
     clip_high: float = flag(LOSS, 0.2, "eps_high: ratio clipped above at 1 + eps_high (DAPO clip-higher: 0.28)",
                             check=at_least(0))
+    # verl 1dda039 (2026-08-22): clip_ratio_c 3.0, always on; AReaL cbff54d (2026-08-22): c_clip, None (off) by default
     dual_clip: float = flag(LOSS, 0.0, "dual-clip PPO constant C > 1: the clipped loss of a negative advantage is at most C*|A| "
                                        "(verl's clip_ratio_c, 3.0 and always on there; AReaL's c_clip); 0 = off (the five papers)",
                             check=lambda v: (v < 0 or 0 < v <= 1) and f"must be 0 (off) or > 1, got {v}")
@@ -294,6 +302,7 @@ class Config:
                           choices=("grpo", "dapo", "c3po", "gspo", "cispo"))
     dynamic_sampling: bool = flag(RECIPE, False, "DAPO: keep only groups with mixed correctness (or scores: --filter-metric), regenerating until the batch is full")
     max_gen_rounds: int = flag(RECIPE, 10, "DAPO: cap on generation rounds per step under dynamic sampling (<= 0: no cap)")
+    # the DAPO recipe's filter_groups.metric (verl-project/verl-recipe 48ea0a7, 2026-08-05, dapo/dapo_ray_trainer.py)
     filter_metric: str = flag(RECIPE, "auto", "what dynamic sampling / the seamless scheduler call a mixed group (verl filter_groups.metric): "
                                               "'acc' (correctness differs), 'score' (the verifier's unshaped reward differs: partial credit), "
                                               "'auto' = score for --reward code-strict / code-soft (MiMo's partial-credit rewards), else acc",
@@ -362,7 +371,8 @@ class Config:
                                     "LoRA the --lr default is 10x full fine-tuning's (TRL's 'LoRA without regret'), the reference "
                                     "model is the base (adapter disabled, no second copy) and checkpoints hold the adapter",
                           check=at_least(0, "(0 = full fine-tuning)"))
-    lora_alpha: int = flag(SCALE, 32, "LoRA alpha: adapters scaled by alpha / r (32: verl's GRPO-LoRA baselines and 'LoRA without regret')",
+    lora_alpha: int = flag(SCALE, 32, "LoRA alpha: adapters scaled by alpha / r (32: verl's LoRA guide and example, "
+                                      "'LoRA without regret')",
                            check=at_least(1))
     lora_dropout: float = flag(SCALE, 0.0, "dropout on the adapters' input (0: verl's and TRL's GRPO-LoRA examples)",
                                check=within(0, 1, high_open=True))

@@ -16,27 +16,36 @@ Same functions, same order as grpo.py, so `diff grpo.py dapo.py` is DAPO's chang
     eps_low/eps_high  clip_low / clip_high        float     0.2 / 0.28
     sum_i |o_i|       num_tokens                  float     response tokens of the whole mini-batch
     is_equivalent     correct                     (N,)      bool, the correctness, not the shaped reward
-    |y|               lengths                     (N,)      valid response tokens, EOS included (verl)
+    |y|               lengths                     (N,)      valid response tokens, EOS included (verl's)
     L_max / L_cache   max_len / cache_len         int       20480 / 4096 in the paper (expected length 16384)
     truncated         truncated                   (N,)      bool, hit max_len without EOS
     (rest as grpo.py: R_i rewards (N,), A_i advantages (N,), logp/old_logp/ref_logp/mask (N, T))
 
-Where the papers are silent or disagree, and what this file chooses:
-  * Eq. 12 normalises by the tokens of one group (inside E_q); verl's run that reproduced 50-52% AIME divides by
-    all response tokens of the mini-batch. We follow verl: the trainer counts the mini-batch's tokens over all its
-    micro-batches (and processes) and passes that as num_tokens; under DDP, whose all-reduce averages gradients over
-    W processes, pass total / W. The per-micro-batch default is exact only when one micro-batch is the mini-batch.
-  * Dynamic sampling filters on correctness (verl `filter_groups.metric=acc`): a group that is all wrong but differs
-    only in overlong penalty has shaped-reward std > 0 yet is dropped. With partial-credit rewards (MiMo's code
-    rewards) the filter compares the verifier's scores instead (verl `metric=score`, before any overlong shaping),
-    so a group with different partial scores and no full pass is kept; train.py --filter-metric picks it. Groups of one sample are kept (as verl).
+Where the papers are silent or disagree, and what this file chooses (the peers as read in their code: verl =
+verl-project/verl 1dda039, 2026-08-22; its DAPO recipe = verl-project/verl-recipe 48ea0a7, 2026-08-05, dapo/;
+TRL = huggingface/trl f2cd577, 2026-07-24; tests/test_peers.py runs their code beside this file's):
+  * Eq. 12 normalises by the tokens of one group (inside E_q); verl's token-mean divides by all response tokens of
+    the mini-batch, over its data-parallel ranks (batch_num_tokens). The run that reproduced 50-52% AIME (verl
+    4f80e46, 2025-05-01) did not: it took each micro-batch's token mean, weighted by the micro-batch's share of the
+    mini-batch's responses, which equals the mini-batch mean only when every micro-batch holds the same tokens per
+    response. We follow verl 1dda039: the trainer counts the mini-batch's tokens over all its micro-batches (and
+    processes) and passes that as num_tokens; under DDP, whose all-reduce averages gradients over W processes, pass
+    total / W. The per-micro-batch default is exact only when one micro-batch is the mini-batch.
+  * Dynamic sampling filters on correctness (the recipe's `filter_groups.metric=acc`): a group that is all wrong but
+    differs only in overlong penalty has shaped-reward std > 0 yet is dropped. With partial-credit rewards (MiMo's
+    code rewards) the filter compares the verifier's scores instead (`metric=score`, the score before verl's overlong
+    shaping), so a group with different partial scores and no full pass is kept; train.py --filter-metric picks it.
+    The recipe's test is np.std > 0, which also keeps some groups of equal scores (three of 0.1: std 1.4e-17); here
+    equal values drop the group. Groups of one sample are kept (as the recipe does).
     Kept groups accumulate over generation rounds; the FIRST target_groups in generation order are used and the
-    surplus is discarded, not carried to the next step (verl `batch[:train_batch_size*n]`). Advantages are computed
-    after filtering, on kept groups only (they are per-group anyway, so the order does not change them).
+    surplus is discarded, not carried to the next step (the recipe's `batch[:traj_bsz]`, train_batch_size x n).
+    Advantages are computed after filtering, on kept groups only (they are per-group anyway, so the order does not
+    change them).
   * Overlong filtering masks the loss only: truncated responses' rewards still enter their group's mean/std (as TRL's
-    mask_truncated_completions; the paper is silent). The verl FAQ says the best run used no overlong filtering
+    mask_truncated_completions; the paper is silent). The recipe's FAQ says the best run used no overlong filtering
     (it overlaps with the soft punishment) while Table 1 lists it cumulatively: it is a separate flag, off for "DAPO".
-  * Generation stops at L_max, so the -1 branch of Eq. 13 is reached exactly at |y| = L_max by the ramp.
+  * Generation stops at L_max, so the -1 branch of Eq. 13 is reached exactly at |y| = L_max by the ramp (verl's
+    reward manager has no -1 floor, min(-exceed / L_cache * factor, 0): the same up to L_max).
 """
 from __future__ import annotations
 
@@ -184,9 +193,10 @@ def policy_loss(
 def filter_groups(correct, group_size: int) -> torch.Tensor:
     """Keep mask (B,) of groups whose correctness is not all-equal: 0 < #correct < G (Eq. 11).
 
-    correct: list[bool] or tensor (N,) of consecutive groups. Pass correctness, not the shaped reward (verl
-    `metric=acc`): the overlong penalty must not rescue an all-wrong group. With partial-credit rewards pass the
-    unshaped scores (verl `metric=score`): any two different values keep the group. A group of one sample is kept.
+    correct: list[bool] or tensor (N,) of consecutive groups. Pass correctness, not the shaped reward (the DAPO
+    recipe's `metric=acc`): the overlong penalty must not rescue an all-wrong group. With partial-credit rewards pass
+    the unshaped scores (`metric=score`): any two different values keep the group, equal ones never (the recipe's
+    np.std can keep them: the module docstring). A group of one sample is kept.
     """
     c = torch.as_tensor(correct).double()  # (N,)
     if c.numel() % group_size:
@@ -197,7 +207,8 @@ def filter_groups(correct, group_size: int) -> torch.Tensor:
 
 class DynamicSamplingExhausted(RuntimeError):
     """--max-gen-rounds rounds without enough mixed groups: the data is too easy or too hard for the model (verl's
-    DAPO recipe stops the same way, "Generated too many. Please check if your data are too difficult")."""
+    DAPO recipe, verl-recipe 48ea0a7, stops the same way: "Generated too many. Please check if your data are too
+    difficult")."""
 
 
 class DynamicSampler:
@@ -209,9 +220,10 @@ class DynamicSampler:
             sampler.add(groups, correct)                   # raises after max_gen_rounds rounds still short
         kept = sampler.take()                              # the first target_groups, in generation order
 
-    max_gen_rounds <= 0 means unlimited (verl `max_num_gen_batches`, 10 in the DAPO recipe). Each round draws
-    gen_batch_factor x target_groups prompts (train.py --gen-batch-factor; verl's DAPO recipe: gen_batch_size =
-    3 x train_batch_size), so a round usually fills the batch on its own and the surplus is discarded.
+    max_gen_rounds <= 0 means unlimited (verl `max_num_gen_batches`, 10 in the DAPO recipe's 32B script; verl-recipe
+    48ea0a7). Each round draws gen_batch_factor x target_groups prompts (train.py --gen-batch-factor; the recipe:
+    gen_batch_size = 3 x train_batch_size), so a round usually fills the batch on its own and the surplus is
+    discarded.
     """
 
     def __init__(self, target_groups: int, group_size: int, max_gen_rounds: int = 10):
@@ -241,7 +253,7 @@ class DynamicSampler:
         return self.full
 
     def take(self) -> list:
-        """The first target_groups kept groups; the surplus is discarded, as verl does (not carried over)."""
+        """The first target_groups kept groups; the surplus is discarded, as verl's DAPO recipe does (not carried)."""
         if not self.full:
             raise RuntimeError(f"dynamic sampling: take() with {len(self.kept)}/{self.target_groups} groups kept")
         out, self.last_metrics = self.kept[: self.target_groups], self.metrics()

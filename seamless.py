@@ -70,7 +70,8 @@ FILTER_METRICS = ("acc", "score")
 
 def filter_mixed(values: list) -> bool:
     """A group is valid (kept) when its filter values are not all-equal (dapo.filter_groups, one group): the
-    correctness flags (verl filter_groups.metric=acc) or the verifier's scores (metric=score, partial credit)."""
+    correctness flags (verl's DAPO recipe filter_groups.metric=acc) or the verifier's scores (metric=score, partial
+    credit); equal scores drop the group (the recipe's np.std test can keep them: dapo.py)."""
     return len(values) == 1 or any(c != values[0] for c in values)
 
 

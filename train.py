@@ -268,7 +268,7 @@ def minibatch_gradient(cfg, accelerator, model, ref_model, tok, mb, alpha, log, 
     device, world = accelerator.device, accelerator.num_processes
     # (a) the tokens that count, and the mini-batch's global normalisers
     n_tok, kept, log.extra = tokens_that_count(cfg, mb, r_ids, truncated, world, log.extra)
-    n_seq = float(sum(n > 0 for n in n_tok))  # responses with a token in the loss (grpo.aggregate; verl counts all)
+    n_seq = float(sum(n > 0 for n in n_tok))  # non-empty responses (grpo.aggregate; verl 1dda039's trainer counts all)
     counts = accelerator.reduce(torch.tensor([n_seq, float(sum(n_tok))], device=device), "sum").cpu() / world
     seqs, toks = max(counts[0].item(), 1e-9), max(counts[1].item(), 1e-9)
     # (b) the loss of each micro-batch, gradients accumulated (DDP all-reduces once, on the last)

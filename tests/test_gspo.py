@@ -119,7 +119,8 @@ def test_on_policy_gradient_is_grpos():
 
 
 def test_empty_response_leaves_the_mean():
-    # the overlong filter empties a response: it leaves numerator and denominator (verl), its ratio is 1, not NaN
+    # the overlong filter empties a response: it leaves numerator and denominator (verl: only with no global batch
+    # size), its ratio is 1, not NaN
     logp, old, adv, mask, _ = _batch()
     m2 = mask.clone()
     m2[2] = 0

@@ -129,7 +129,8 @@ class Collector:
         ds = dapo.DynamicSampler(plan.n_prompts // self.world, G, self.cfg.max_gen_rounds)
         n_gen, timeouts = 0, 0
         while True:
-            n_draw = plan.n_prompts * self.cfg.gen_batch_factor  # verl gen_batch_size (DAPO recipe: 3 x the train batch)
+            # verl's gen_batch_size (its DAPO recipe, verl-recipe 48ea0a7: 3 x the train batch)
+            n_draw = plan.n_prompts * self.cfg.gen_batch_factor
             if ds.full:  # another process is still short: draw (and skip) its round to keep samplers in lockstep
                 self.take_prompts(plan, n_draw)
             else:

@@ -5,15 +5,18 @@
 
 Notable features
   * `wrap`: peft's `get_peft_model` with `LoraConfig(r, alpha, dropout, target_modules)`; default targets "all-linear"
-    (peft: every nn.Linear of the decoder, the LM head excluded), as verl's GRPO-LoRA baselines (all linear layers,
-    r 32, alpha 32) and TRL's "LoRA without regret" (all layers, MLP included) use. The base keeps the dtype it was
+    (peft: every nn.Linear of the decoder, the LM head excluded), as verl's LoRA guide (verl-project/verl 1dda039,
+    2026-08-22, docs/advance/ppo_lora.rst: all-linear, r 32, alpha 32) and TRL's "LoRA without regret" (huggingface/trl
+    f2cd577, 2026-07-24, docs: all-linear, alpha 32) use. The base keeps the dtype it was
     loaded in (train.py loads it in bf16 under bf16-mixed: no fp32 master copy of frozen weights); peft keeps the
     adapters in fp32 (`autocast_adapter_dtype`), so only they and their AdamW states cost fp32.
     The adapters' initialisation (A: Kaiming-uniform, B: 0, peft's default) draws from its own seeded stream, so
     turning LoRA on does not shift the sampling streams, and every process starts from the same adapter.
   * `Reference`: the reference policy (the KL term's pi_ref) is the same model with the adapter disabled (peft's
     `disable_adapter()`): the initial policy exactly, since the base is frozen; no second copy of the weights.
-    verl and TRL do the same (TRL: `use_peft` -> the reference forward under `disable_adapter`).
+    verl and TRL do the same (verl: the reference forward under `engine.disable_adapter()`; TRL: under
+    `use_adapter(model, adapter_name=None)`, all adapters disabled, unless it trains a loaded adapter and beta > 0,
+    which gets a "ref" copy of that adapter).
   * `MergedWeights`: what a weight-synced engine (vLLM) loads: W + (alpha / r) B A computed out of place in fp32 and
     cast to the base's dtype, under the base model's parameter names. The training weights are never merged and
     unmerged in place (in bf16, W + dW - dW != W: repeated in-place merges drift, a bug peers have hit); each sync
@@ -44,8 +47,10 @@ logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_NAME = "default"  # peft's name of the one adapter
 # LoRA's lr default = LR_SCALE x full fine-tuning's: TRL's "LoRA without regret" (Schulman et al. 2025) finds LoRA's
-# best lr ~10x full fine-tuning's, in RL as in SFT, at alpha 32 with 1/r scaling (independent of the rank); verl's
-# GRPO-LoRA baselines (Qwen2.5 0.5B-7B, r 32) use 3e-5 where full fine-tuning uses 1e-6 to 3e-6.
+# best lr ~10x full fine-tuning's, in RL as in SFT, at alpha 32 with 1/r scaling (independent of the rank); its GRPO
+# example uses 1e-5 with LoRA, 1e-6 without (TRL f2cd577, 2026-07-24). verl's LoRA guide (1dda039, 2026-08-22) says to
+# raise the lr by an order of magnitude, and its reference configuration (Qwen2.5-72B, r 32) uses 3e-5; its GRPO
+# LoRA example (Qwen3-8B, r 64) keeps 3e-6.
 LR_SCALE = 10.0
 # An lr below this with LoRA is full-fine-tuning-sized (the papers' 1e-6 to 3e-6 for 7B-32B): train.py warns.
 FULL_FT_LR = 1e-5
@@ -84,7 +89,7 @@ def validate(cfg, bad):
                             "serves the adapter on the full-precision base) or use --rollout fast or hf")
     if cfg.lr < FULL_FT_LR:
         print(f"warning: --lr {cfg.lr:g} with --lora-rank is a full-fine-tuning-sized learning rate; LoRA's best is about "
-              f"{LR_SCALE:g}x full fine-tuning's (TRL 'LoRA without regret'; verl's GRPO-LoRA baselines use 3e-5)",
+              f"{LR_SCALE:g}x full fine-tuning's (TRL 'LoRA without regret'; verl's LoRA guide: an order of magnitude)",
               file=sys.stderr)
 
 
