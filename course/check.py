@@ -18,6 +18,7 @@ if ROOT not in sys.path:  # the project's files live one directory up
     sys.path.insert(0, ROOT)
 
 import c3po  # noqa: E402
+import cispo  # noqa: E402
 import curriculum  # noqa: E402
 import dapo  # noqa: E402
 import entropy  # noqa: E402
@@ -46,6 +47,8 @@ def _run(name: str, reference: str, cases, fn, ref, close) -> bool:
 
 
 def _short(x) -> str:
+    if isinstance(x, dict):
+        return "; ".join(f"{k} {_short(v)}" for k, v in x.items())
     if isinstance(x, torch.Tensor):
         x = x.tolist()
     s = repr(x)
@@ -148,3 +151,30 @@ def tis_weights(fn) -> bool:
         mask = (torch.rand(N, T, generator=g) < 0.8).float()
         cases.append((trn, eng, mask, 2.0))
     return _run("tis_weights", "rollout.tis_weights", cases, fn, rollout.tis_weights, _tensors_close())
+
+
+def cispo_loss(fn) -> bool:
+    """fn(logp, old_logp, advantages, eps_low, eps_high) -> per-token loss (N, T), as cispo.clipped_surrogate's: its
+    value and its gradient with respect to logp (the weight must be detached, so the value alone cannot tell)."""
+    g = torch.Generator().manual_seed(7)
+    cases = []
+    for t in range(TRIALS):
+        N, T = int(torch.randint(1, 5, (1,), generator=g)), int(torch.randint(1, 7, (1,), generator=g))
+        old = -torch.rand(N, T, generator=g) * 3
+        logp = old + torch.randn(N, T, generator=g) * 1.0  # ratios from about 0.05 to 20: both sides of any cap
+        adv = torch.randn(N, generator=g)
+        cases.append((logp, old, adv, 1.0, (4.0, 0.28)[t % 2]))  # cispo.py's cap 1 + 4, and a cap of 1.28
+
+    def value_and_grad(f):
+        def run(logp, old, adv, eps_low, eps_high):
+            x = logp.clone().requires_grad_()
+            loss = f(x, old, adv, eps_low, eps_high)
+            grad = torch.autograd.grad(loss.sum(), x)[0] if loss.requires_grad else torch.zeros_like(x)
+            return {"loss": loss.detach(), "d loss / d logp": grad}
+        return run
+
+    def close(a, b):
+        return all(_tensors_close()(a[k], b[k]) for k in b)
+
+    return _run("cispo_loss", "cispo.clipped_surrogate", cases, value_and_grad(fn),
+                value_and_grad(lambda *c: cispo.clipped_surrogate(*c)[0]), close)

@@ -63,3 +63,8 @@ def reject_zero_advantage(rewards, group_size):  # 06: keep a group unless all i
 def tis_weights(trainer_logp, engine_logp, mask, cap):  # 07: min(pi_trainer / pi_engine, C) on counted tokens
     w = torch.exp(trainer_logp - engine_logp).clamp(max=cap)
     return w * mask
+
+
+def cispo_loss(logp, old_logp, advantages, eps_low, eps_high):  # 08: -sg(clip(r, 1 - eps_low, 1 + eps_high)) A log pi
+    weight = torch.exp(logp - old_logp).clamp(1 - eps_low, 1 + eps_high).detach()
+    return -weight * advantages[:, None] * logp

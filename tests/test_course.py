@@ -40,7 +40,7 @@ def test_notebook_is_committed_clean_with_an_exercise(path):
 
 
 def _wrong_answers():
-    """A plausible mistake per exercise: each check must reject it."""
+    """A plausible mistake per exercise (a tuple: several): each check must reject it."""
     return {
         "group_advantages": lambda r, g: (lambda x: ((x - x.mean(1, keepdim=True)) / (x.std(1, unbiased=False, keepdim=True) + 1e-6)).view(-1))(r.view(-1, g)),
         "clip_higher": lambda lp, old, a, lo, hi: solutions.clip_higher(lp, old, a, lo, lo),  # symmetric clip
@@ -49,6 +49,8 @@ def _wrong_answers():
         "test_difficulty_reward": lambda p, lv, m: sum(p) / len(p),  # plain fraction of tests
         "reject_zero_advantage": lambda r, g: r.view(-1, g).sum(1) > 0,  # keeps all-right groups
         "tis_weights": lambda t, e, m, c: torch.exp(t - e).clamp(max=c),  # ignores the mask
+        "cispo_loss": (lambda lp, old, a, lo, hi: -torch.exp(lp - old).clamp(1 - lo, 1 + hi) * a[:, None] * lp,  # no detach
+                       lambda lp, old, a, lo, hi: solutions.cispo_loss(lp, old, a, 0.2, hi)),  # PPO's floor, 1 - 0.2
     }
 
 
@@ -57,8 +59,10 @@ def test_exercise_check_accepts_the_answer_and_rejects_a_mistake(name, capsys):
     chk = getattr(check, name)
     assert chk(getattr(solutions, name)) is True
     assert "\N{CHECK MARK}" in capsys.readouterr().out
-    with pytest.raises(AssertionError, match=f"^{name}: differs from"):
-        chk(_wrong_answers()[name])
+    wrong = _wrong_answers()[name]
+    for mistake in wrong if isinstance(wrong, tuple) else (wrong,):
+        with pytest.raises(AssertionError, match=f"^{name}: differs from"):
+            chk(mistake)
 
     def unwritten(*a):
         raise NotImplementedError
