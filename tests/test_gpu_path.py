@@ -34,10 +34,10 @@ def _sample(engine, prompts, n, params, seed=11):
     return [[(c.token_ids, c.text, c.length, c.truncated) for c in g] for g in groups], torch.rand(3)
 
 
-@pytest.mark.parametrize("params", [SamplingParams(1.0, 1.0, 40), SamplingParams(0.7, 0.9, 40), SamplingParams(0.0, 1.0, 40)],
-                         ids=["t1", "t0.7-top_p0.9", "greedy"])
-@pytest.mark.parametrize("k", [16, 5])  # 5: checks that fall between the ends of rows and the token limit
-def test_check_every_k_gives_hf_samples(trained_model_path, params, k):
+@pytest.mark.parametrize("k, params", [(16, SamplingParams(1.0, 1.0, 40)), (16, SamplingParams(0.7, 0.9, 40)),
+                                       (16, SamplingParams(0.0, 1.0, 40)), (5, SamplingParams(1.0, 1.0, 40))],
+                         ids=["16-t1", "16-t0.7-top_p0.9", "16-greedy", "5-t1"])  # 5: 40 tokens = 8 checks
+def test_check_every_k_gives_hf_samples(trained_model_path, k, params):
     """Same seed, same samples, the random stream left in the same state, with the host check every k tokens."""
     tok, model = _model(trained_model_path)
     prompts = [data.build_prompt(tok, ex.prompt) for ex in data.builtin_task(6, split="train", seed=3)]

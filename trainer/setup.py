@@ -138,8 +138,9 @@ def make_optimizer(params, cfg, device, sharded: bool = False) -> torch.optim.Ad
     """AdamW over `params` (lr, weight decay from cfg). On CUDA without FSDP: `fused=True`, one kernel per step over
     all parameters instead of the default foreach step's launches and its fp32 sqrt(v) temporary per parameter
     (docs/memory.md: 20 B/param at the step on an H100, FOREACH_ADAMW_B); the parameters reach the GPU later, in
-    accelerator.prepare, and the fused step checks their device when it runs. On the CPU and under FSDP the call is
-    torch's default, unchanged (the pinned CPU runs are bit for bit those of the default step)."""
+    accelerator.prepare, and the fused step checks their device when it runs (its memory and speed: not yet measured
+    on a GPU; bench/gpu_check.py measures both steps). On the CPU and under FSDP (fused over sharded parameters is not
+    tested here) the call is torch's default, unchanged: the pinned CPU runs are bit for bit those of the default step."""
     fused = {"fused": True} if torch.device(device).type == "cuda" and not sharded else {}
     return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **fused)
 
