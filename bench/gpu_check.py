@@ -60,7 +60,7 @@ PARTS = ("tests", "train", "gen", "update", "trl")
 LIMITS = {"tests": 45, "train": 120, "gen": 150, "update": 60, "trl": 100}  # seconds, full run: 475 in all
 DRY_LIMITS = {"tests": 60, "train": 90, "gen": 60, "update": 60, "trl": 90}
 WHEELS = ("math-verify==0.9.0", "latex2sympy2_extended==1.11.0", "antlr4-python3-runtime==4.13.2", "trl==1.16.0",
-          "datasets==5.2.0", "dill", "multiprocess")
+          "datasets==5.2.0", "dill==0.4.1", "multiprocess==0.70.19", "fsspec==2026.9.0")
 GB = 2**30
 
 TRAIN_RUNS = [  # (name, train.py flags)

@@ -135,8 +135,8 @@ def check_context(model, max_new_tokens: int) -> None:
 
 
 def make_optimizer(params, cfg, device, sharded: bool = False) -> torch.optim.AdamW:
-    """AdamW over `params` (lr, weight decay from cfg). On CUDA without FSDP: `fused=True`, one kernel per step over
-    all parameters instead of the default foreach step's launches and its fp32 sqrt(v) temporary per parameter
+    """AdamW over `params` (lr, weight decay from cfg). On CUDA without FSDP: `fused=True`, the step in fused
+    multi-tensor kernels instead of the default foreach step's separate ops and its fp32 sqrt(v) temporary per parameter
     (docs/memory.md: 20 B/param at the step on an H100, FOREACH_ADAMW_B); the parameters reach the GPU later, in
     accelerator.prepare, and the fused step checks their device when it runs (its memory and speed: not yet measured
     on a GPU; bench/gpu_check.py measures both steps). On the CPU and under FSDP (fused over sharded parameters is not
