@@ -10,31 +10,33 @@ yet measured; the CPU dry run below is what the test suite runs.
 Parts, in this order, each in a child process with its own time limit (seconds, full run); a part that outruns its
 limit is stopped, the rows it finished are kept and marked, and the next part starts. The results file is rewritten
 after every part, so a run cut short still leaves the parts done.
-  tests  (45)  python -m pytest -m cuda over the test files that hold such tests: the tests marked `cuda`
+  tests  (40)  python -m pytest -m cuda over the test files that hold such tests: the tests marked `cuda`
                (tests/test_gpu_path.py: fused AdamW's step, the fast engine on the GPU at k = 1 and 16); the pinned
                CPU runs are not among them. Pass/fail counts.
-  train (120)  train.py for 8 steps, 40 s each: the tiny model (models/tiny-qwen2, its defaults), the chat model
+  train (120)  train.py for 6 steps, 40 s each: the tiny model (models/tiny-qwen2, its defaults), the chat model
                (models/tiny-qwen2-chat, examples/tiny-qwen2-chat-cpu.sh's flags) full and LoRA (r 8): s/step and
                generation s/step (medians from step 2), response tokens/s, held-out greedy accuracy (200 problems)
                before and after. bf16-mixed (train.py's --dtype auto on a GPU).
   gen   (150)  generated tokens/s at Qwen2.5-0.5B and -1.5B shapes, random weights, full depth (bench/gpu.py's
-               build, full: fp32 weights under bf16 autocast, as train.py generates), 64 rows x 512 new tokens (1.5B:
-               x 256) from 64-token prompts: the fast engine (host check every 16 tokens, its CUDA default), the fast engine at
-               k = 1 (a check per token: the engine before that default), transformers' generate (HFEngine), and
-               generate with cache_implementation="static" (a preallocated cache; transformers compiles the decode
-               step on CUDA, in a warm-up call of the measured size; on bf16 weights, since the cache takes the dtype of the first keys
-               and fp32 weights under autocast give it fp32 and bf16 ones). Rows in order of need.
+               build, full: fp32 weights under bf16 autocast, as train.py generates), 64 rows x 512 new tokens
+               (1.5B: x 128) from 64-token prompts: the fast engine (host check every 16 tokens, its CUDA default),
+               the fast engine at k = 1 (a check per token: the engine before that default), transformers' generate
+               (HFEngine), and generate with cache_implementation="static" (a preallocated cache; transformers
+               compiles the decode step on CUDA, here in a warm-up call of the measured size; on bf16 weights, since
+               the cache takes the dtype of the first keys and fp32 weights under autocast give it fp32 and bf16
+               ones). Rows in order of need.
   update (60)  one update's peak memory and tokens/s at those shapes (bench/gpu.py's update: 2 x (256 + 1,024) tokens,
                checkpointing, LM-head chunk 256): full with AdamW fused (train.py's CUDA step) and foreach (torch's
                default, bench/results/gpu_h100.md's), LoRA r 16 fused.
-  trl   (100)  bench/vs_trl.py --reps 1 --steps 4: this project's train.py and TRL's GRPOTrainer on the tiny model,
+  trl    (95)  bench/vs_trl.py --reps 1 --steps 4: this project's train.py and TRL's GRPOTrainer on the tiny model,
                the same settings, side by side (median s/step from step 2, response tokens/s, the speed ratio).
 Without TRL (or math-verify, which train.py's reward needs) the part says so and is skipped; --fetch-wheels downloads
 them (and their missing dependencies) as wheels for a GPU machine without network: install them there with
 `python3 -m pip install --no-index --no-deps --target /tmp/site .whl/*.whl` and `export PYTHONPATH=/tmp/site`.
 --dry-run: the same parts on the CPU at tiny sizes (the tests collected, not run; the chat model's LoRA run for 1
-training step on 2 held-out problems, the other two runs' flags parsed only; a 2-layer Qwen2 of the chat model's widths for gen and update, 4 rows x 4 tokens; one TRL step of 2 x 2);
-the results file goes to --out (default: a new temporary folder) as gpu_check_cpu-dry-run.md.
+training step on 2 held-out problems, the other two runs' flags parsed only; a 2-layer Qwen2 of the chat model's
+widths for gen and update, 4 rows x 4 tokens; one TRL step of 2 x 2); the results file goes to --out (default: a new
+temporary folder) as gpu_check_cpu-dry-run.md.
 """
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 import data  # noqa: E402
 
 PARTS = ("tests", "train", "gen", "update", "trl")
-LIMITS = {"tests": 45, "train": 120, "gen": 150, "update": 60, "trl": 100}  # seconds, full run: 475 in all
+LIMITS = {"tests": 40, "train": 120, "gen": 150, "update": 60, "trl": 95}  # seconds, full run: 465 in all
 DRY_LIMITS = {"tests": 60, "train": 90, "gen": 60, "update": 60, "trl": 90}
 WHEELS = ("math-verify==0.9.0", "latex2sympy2_extended==1.11.0", "antlr4-python3-runtime==4.13.2", "trl==1.16.0",
           "datasets==5.2.0", "dill==0.4.1", "multiprocess==0.70.19", "fsspec==2026.9.0")
@@ -108,13 +110,15 @@ def importable(name: str) -> bool:
 # ---- (a) tests ---------------------------------------------------------------------------------------------------
 def part_tests(a, limit):
     tests = os.path.join(ROOT, "tests")
-    files = sorted(os.path.join("tests", f) for f in os.listdir(tests)  # the files with a `cuda` test: collecting
-                   if f.startswith("test_") and f.endswith(".py") and "mark.cuda" in open(os.path.join(tests, f)).read())
-    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider", *files]  # all takes 20 s
+    files = sorted(os.path.join("tests", f) for f in os.listdir(tests)  # the files with a `cuda` test (collecting
+                   if f.startswith("test_") and f.endswith(".py")  # every test file takes 20 s)
+                   and "mark.cuda" in open(os.path.join(tests, f)).read())
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider", *files]
     if a.dry_run:
         cmd.append("--collect-only")  # on the CPU: the selection only (the tests themselves skip without CUDA)
     out, rc, wall = run_limited(cmd, limit)
-    last = [ln.strip(" =") for ln in out.splitlines() if re.search(r"\d+ (passed|failed|skipped|error|tests? collected|deselected)|no tests ran", ln)]
+    counts = r"\d+ (passed|failed|skipped|error|tests? collected|deselected)|no tests ran"
+    last = [ln.strip(" =") for ln in out.splitlines() if re.search(counts, ln)]
     failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", out, re.M)
     ok = rc == 0 or (rc == 5 and a.dry_run)  # 5: nothing selected
     return {"status": "ok" if ok else status_of(rc, limit), "wall_s": wall, "command": " ".join(cmd[1:]),
@@ -126,7 +130,7 @@ def part_train(a, limit):
     if not importable("math_verify"):
         return {"status": "skipped: math-verify is not importable (train.py's reward); see --fetch-wheels", "rows": []}
     small = (["--max-steps", "1", "--batch-size", "8", "--group-size", "4", "--max-new-tokens", "8", "--eval-problems",
-              "2", "--reward-workers", "0"] if a.dry_run else ["--max-steps", "8", "--eval-problems", "200"])
+              "2", "--reward-workers", "0"] if a.dry_run else ["--max-steps", "6", "--eval-problems", "200"])
     rows, t0 = [], time.perf_counter()
     each = limit / len(TRAIN_RUNS)
     for name, flags in TRAIN_RUNS:
@@ -171,7 +175,7 @@ def median_from_2(xs):
 
 
 # ---- (c) generation and (d) one update: children that write a JSON line per finished row ------------------------
-SHAPES = {"0.5B": (0, 64, 512, 2, 256, 1024), "1.5B": (0, 64, 256, 2, 256, 1024)}  # layers (0: full depth), gen rows,
+SHAPES = {"0.5B": (0, 64, 512, 2, 256, 1024), "1.5B": (0, 64, 128, 2, 256, 1024)}  # layers (0: full depth), gen rows,
 DRY_SHAPES = {"dry": (2, 4, 4, 1, 8, 8)}  # gen new tokens, update micro-batch, prompt tokens, response tokens
 DRY_MODEL = (128, 512, 2, 4, 2, True)  # the dry run's Qwen2: the chat model's widths, vocabulary 3,136 (its tokenizer's)
 
@@ -265,7 +269,7 @@ def child_update(a, emit):
 def part_rows(a, name, limit):
     fd, path = tempfile.mkstemp(suffix=".jsonl", prefix=f"gpu-check-{name}-")
     os.close(fd)
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--rows-to", path] + (["--dry-run"] if a.dry_run else [])
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--rows-to", path, *(["--dry-run"] if a.dry_run else [])]
     out, rc, wall = run_limited(cmd, limit)
     rows = read_jsonl(path)
     os.unlink(path)
