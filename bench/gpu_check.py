@@ -45,6 +45,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -121,7 +122,7 @@ def part_tests(a, limit):
     last = [ln.strip(" =") for ln in out.splitlines() if re.search(counts, ln)]
     failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", out, re.M)
     ok = rc == 0 or (rc == 5 and a.dry_run)  # 5: nothing selected
-    return {"status": "ok" if ok else status_of(rc, limit), "wall_s": wall, "command": " ".join(cmd[1:]),
+    return {"status": "ok" if ok else status_of(rc, limit), "wall_s": wall, "command": " ".join(["python", *cmd[1:]]),
             "summary": last[-1] if last else tail(out, 3), "failed": failed, "log_tail": tail(out) if not ok else ""}
 
 
@@ -154,6 +155,7 @@ def part_train(a, limit):
         gen = [r.get("perf/gen_time_s", float("nan")) for r in hist]
         tps = [r["perf/tokens_per_s"] for r in hist]
         acc = [e.get("eval/accuracy") for e in evals]
+        shutil.rmtree(out_dir, ignore_errors=True)
         rows.append({"run": name, "status": status_of(rc, each), "wall_s": wall, "steps": len(hist),
                      "s_per_step": median_from_2(step), "gen_s_per_step": median_from_2(gen),
                      "tokens_per_s": median_from_2(tps), "acc_before": acc[0] if acc else None,
