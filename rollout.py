@@ -194,12 +194,26 @@ class FastEngine(HFEngine):
         from (after temperature and top-p, as vLLM's processed_logprobs), read off the logits the loop already has.
         --rollout-lag's producer takes them as pi_behav instead of a second forward pass over the batch.
       * No per-token logits processors, stopping criteria or output bookkeeping beyond the above.
+      * `check_every` (k; None: 1 on the CPU, 16 on CUDA): the decode steps between two reads of the batch back to
+        the host. At k = 1 every step checks which rows ended and drops them (the CPU path: no step is spent on an
+        ended row). At k > 1 the rows that end (a stop token) are marked on the device, their later samples are not
+        written, and the host checks (stop strings, the progress callback, dropping rows, stopping when all ended)
+        every k steps only; the decode steps in between also pass their attention mask ready-made (4D, as
+        transformers builds it for one query token), since transformers' own mask builder reads the padding mask
+        back to the host at every call to decide whether a mask is needed. On a GPU a read-back waits for every queued
+        kernel, so a check per token keeps the GPU idle while the host prepares the next step. Up to k - 1 steps run
+        after the last row ended; their draws are undone (the generator's state, kept per step on the host, is put
+        back to the one after the last row's draw), so the random stream ends where `generate` leaves it. The samples
+        do not depend on k (tests/test_gpu_path.py: k = 5 and 16 give HFEngine's samples token for token on the CPU;
+        their log-probs equal k = 1's to float rounding).
     Same seed, same samples as HFEngine: `tests/test_rollout.py` checks it token for token (sampled and greedy,
     top-p included). The equality rests on two facts the test would catch if a torch or transformers release
     changed them: multinomial's draw as above, and a row's logits not depending on which other rows share its
     batch (true for the CPU kernels here; on a GPU, matmul kernels may pick other tilings for other batch sizes,
     so samples can differ in the last bits of the logits: the distribution sampled is the same).
     """
+
+    check_every: int | None = None  # decode steps per host check (above); None: 1 on the CPU, 16 on CUDA
 
     @torch.inference_mode()
     def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
@@ -234,8 +248,13 @@ class FastEngine(HFEngine):
             x = enc["input_ids"]
             stops = torch.tensor(self.stops, device=device)
             window = max((len(s) for s in params.stop), default=0) + 1  # tokens that can hold a stop string's end
+            k = self.check_every or (16 if device.type == "cuda" else 1)  # decode steps per host check
+            alive = torch.ones(b, dtype=torch.bool, device=device)  # rows of the batch not yet ended
+            gen = torch.cuda.default_generators[device.index or 0] if device.type == "cuda" else torch.default_generator
+            drawn = {}  # k > 1: the random state after each step's draw since the last check
             for t in range(params.max_new_tokens):
-                logits = model(input_ids=x, past_key_values=cache, position_ids=pos, attention_mask=attn,
+                mask = attn if t == 0 or k == 1 else attn[:, None, None, :].bool()  # k > 1: the 4D mask, prepared
+                logits = model(input_ids=x, past_key_values=cache, position_ids=pos, attention_mask=mask,
                                logits_to_keep=1, use_cache=True, return_dict=True).logits[:, -1, :].float()
                 if t == 0 and inv is not None:  # one row per sample from here on
                     logits, attn, pos = logits[inv], attn[inv], pos[inv]
@@ -248,22 +267,37 @@ class FastEngine(HFEngine):
                     probs = torch.softmax(logits, dim=-1)
                     q = torch.empty((b, probs.shape[-1]), device=device).exponential_(1)  # multinomial's draw, all b rows
                     nxt = (probs / q[rows]).argmax(-1)
-                resp[rows, t] = nxt
-                resp_lp[rows, t] = torch.log_softmax(logits, dim=-1).gather(-1, nxt[:, None]).squeeze(-1)
-                going = ~torch.isin(nxt, stops)
-                if params.stop:  # a row whose last tokens complete a stop string is done too
-                    tails = resp[rows, max(0, t + 1 - window) : t + 1].tolist()
+                    if k > 1:
+                        drawn[t] = gen.get_state()  # host-side (a CUDA generator's seed and offset): no read-back
+                lp = torch.log_softmax(logits, dim=-1).gather(-1, nxt[:, None]).squeeze(-1)
+                if k == 1:  # every row here is alive (the finished ones left at the last step)
+                    resp[rows, t], resp_lp[rows, t] = nxt, lp
+                else:  # a row that ended since the last check keeps its tokens: the later samples are not written
+                    resp[rows, t] = torch.where(alive, nxt, pad)
+                    resp_lp[rows, t] = torch.where(alive, lp, 0.0)
+                alive &= ~torch.isin(nxt, stops)
+                if (t + 1) % k and t + 1 < params.max_new_tokens:
+                    x = nxt[:, None]  # no host check this step: nothing is read back
+                    attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=-1)
+                    pos = pos[:, -1:] + 1
+                    continue
+                if params.stop:  # a row whose tokens since the last check complete a stop string is done too
+                    tails = resp[rows, max(0, t + 1 - window - (k - 1)) : t + 1].tolist()
                     done = [any(s in tok.decode(tail, skip_special_tokens=False) for s in params.stop) for tail in tails]
-                    going &= ~torch.tensor(done, device=device)
-                if self.progress is not None and not bool(going.all()):
-                    ended = rows[~going].tolist()
+                    alive &= ~torch.tensor(done, device=device)
+                if self.progress is not None and not bool(alive.all()):
+                    ended = rows[~alive].tolist()
                     self.progress([(s + r, resp[r, : t + 1].tolist()) for r in ended])
-                if not bool(going.all()):  # drop finished rows (and their KV cache)
-                    keep = going.nonzero().squeeze(1)
+                if not bool(alive.all()):  # drop finished rows (and their KV cache)
+                    keep = alive.nonzero().squeeze(1)
                     if keep.numel() == 0:
+                        if drawn:  # the steps after the last row ended drew numbers generate never draws: undone
+                            last = max(finish(tok, ids, self.stops, params.stop).length for ids in resp[rows].tolist())
+                            gen.set_state(drawn[last - 1])
                         break
-                    rows, nxt, attn, pos = rows[keep], nxt[keep], attn[keep], pos[keep]
+                    rows, nxt, attn, pos, alive = rows[keep], nxt[keep], attn[keep], pos[keep], alive[keep]
                     cache.batch_select_indices(keep)
+                drawn.clear()
                 x = nxt[:, None]
                 attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=-1)
                 pos = pos[:, -1:] + 1

@@ -8,8 +8,9 @@ shapes of Qwen2.5 sizes at full depth (random weights), next to the memory plan 
 Each (size, mode) builds a random Qwen2 with the size's hidden, MLP, heads, KV heads, vocabulary (151,936) and
 tying, at full depth, as train.py holds it under bf16-mixed (trainer/setup.py): full = fp32 weights + AdamW over
 all; lora = the base in bf16, frozen, + trainer.lora.wrap adapters (r 16, alpha 32, all linear layers) with AdamW
-over them. Gradient checkpointing on (non-reentrant), the chunked LM head (chunk 256). One update = a micro-batch
-of `--micro` responses of R tokens after `--prompt` prompt tokens: forward under bf16 autocast
+over them (fused on CUDA, as train.py steps it; --adamw foreach: torch's default step, the one
+bench/results/gpu_h100.md measured). Gradient checkpointing on (non-reentrant), the chunked LM head (chunk 256). One
+update = a micro-batch of `--micro` responses of R tokens after `--prompt` prompt tokens: forward under bf16 autocast
 (trainer.logprobs.response_logprobs, entropy included, as train.py logs it), the GRPO loss (grpo.policy_loss),
 backward, AdamW step. The first update warms up (kernels, allocator); the second is timed and measured:
 peak = torch.cuda.max_memory_allocated over it (weights, gradients, AdamW states, activations), reserved = the
@@ -20,10 +21,11 @@ random weights almost never sample an end token, so every row runs to the limit 
 The plan column: docs/memory.md's CPU-measured component costs at 1 and 2 layers (bench/memory.py --plan --ckpt
 --resp 64 --base-dtype bfloat16), extrapolated as bench/memory.py does (a + b x layers, + (T - T_cpu) x
 (layers x hidden x 2 B + hidden x 47 B) for the extra tokens), with T = micro x (prompt + R); for full fine-tuning
-at least 20 B per parameter (AdamW's foreach step, bench/memory.py FOREACH_ADAMW_B). The plan's separate +1.5 GB
-(CUDA context and allocator slack) is not in it: `context` is the CUDA context measured at the start, `reserved` the
-allocator's peak reservation over the update (its cache emptied before it). Generation runs before the first update,
-so for full fine-tuning its peak has no AdamW states yet (train.py's rollouts after step 1 hold them: + 8 B/param).
+at least 20 B per parameter (AdamW's foreach step, bench/memory.py FOREACH_ADAMW_B; the fused step's peak is not
+yet measured). The plan's separate +1.5 GB (CUDA context and allocator slack) is not in it: `context` is the CUDA
+context measured at the start, `reserved` the allocator's peak reservation over the update (its cache emptied before
+it). Generation runs before the first update, so for full fine-tuning its peak has no AdamW states yet (train.py's
+rollouts after step 1 hold them: + 8 B/param).
 Prints figures; asserts nothing.
 """
 from __future__ import annotations
@@ -103,10 +105,17 @@ def update(model, opt, micro, prompt, resp, device, g):
     return loss.item()
 
 
-def generate(model, tok, rows: int, tokens: int, device: str) -> float:
+def generate(model, tok, rows: int, tokens: int, device: str, engine: str = "fast", check_every: int | None = None) -> float:
+    """Generated tokens/s. engine: 'fast' (rollout.FastEngine, host check every `check_every` tokens: None = its
+    default), 'hf' (HFEngine: transformers' generate) or 'hf-static' (generate with cache_implementation="static":
+    a preallocated KV cache, and on CUDA transformers compiles the decode step itself)."""
     import rollout
 
-    eng = rollout.FastEngine(model, tok, max_batch=rows)
+    eng = (rollout.FastEngine if engine == "fast" else rollout.HFEngine)(model, tok, max_batch=rows)
+    if engine == "fast":
+        eng.check_every = check_every
+    gc = model.generation_config
+    gc.cache_implementation = "static" if engine == "hf-static" else None
     g = torch.Generator().manual_seed(2)
     words = ["apple", "river", "seven", "plus", "the", "sum", "of", "and", "is", "what"]
     prompts = [" ".join(words[int(i)] for i in torch.randint(0, len(words), (64,), generator=g)) for _ in range(rows)]
@@ -116,6 +125,7 @@ def generate(model, tok, rows: int, tokens: int, device: str) -> float:
         out = eng.generate(prompts, 1, rollout.SamplingParams(temperature=1.0, max_new_tokens=tokens))
         sync(device)
     dt = time.perf_counter() - t0
+    gc.cache_implementation = None
     return sum(c.length for o in out for c in o) / dt
 
 
@@ -130,6 +140,9 @@ def main():
     ap.add_argument("--gen-tokens", type=int, default=512, help="new tokens per row (0: no generation)")
     ap.add_argument("--layers", type=int, default=0, help="cut every size to this depth (0: full depth)")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--adamw", default="fused", choices=["fused", "foreach"],
+                    help="AdamW's step on CUDA: fused (train.py's, trainer.setup.make_optimizer) or torch's default foreach "
+                         "(bench/results/gpu_h100.md's rows); the CPU always takes torch's default")
     a = ap.parse_args()
     dev = a.device
     if dev == "cuda" and not torch.cuda.is_available():
@@ -160,7 +173,7 @@ def main():
                 continue
             model = build(size, mode, a.layers, dev)
             params = [p for p in model.parameters() if p.requires_grad]
-            opt = torch.optim.AdamW(params, lr=1e-7)
+            opt = torch.optim.AdamW(params, lr=1e-7, **({"fused": True} if a.adamw == "fused" and dev == "cuda" else {}))
             weights = torch.cuda.memory_allocated() / GB if dev == "cuda" else float("nan")
             g = torch.Generator().manual_seed(1)
             gen = gen_peak = float("nan")

@@ -134,6 +134,17 @@ def check_context(model, max_new_tokens: int) -> None:
                          "(max_position_embeddings), prompt included")
 
 
+def make_optimizer(params, cfg, device, sharded: bool = False) -> torch.optim.AdamW:
+    """AdamW over `params` (lr, weight decay from cfg). On CUDA without FSDP: `fused=True`, the step in fused
+    multi-tensor kernels instead of the default foreach step's separate ops and its fp32 sqrt(v) temporary per parameter
+    (docs/memory.md: 20 B/param at the step on an H100, FOREACH_ADAMW_B); the parameters reach the GPU later, in
+    accelerator.prepare, and the fused step checks their device when it runs (its memory and speed: not yet measured
+    on a GPU; bench/gpu_check.py measures both steps). On the CPU and under FSDP (fused over sharded parameters is not
+    tested here) the call is torch's default, unchanged: the pinned CPU runs are bit for bit those of the default step."""
+    fused = {"fused": True} if torch.device(device).type == "cuda" and not sharded else {}
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **fused)
+
+
 def setup(cfg: Config) -> Run:
     """Inputs checked first (nothing is written before), then the policy, reference, optimizer, engine, tasks, the
     producer (--rollout-lag), the checkpoint's state (--resume), the run directory and the trackers."""
@@ -170,7 +181,7 @@ def setup(cfg: Config) -> Run:
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed + accelerator.process_index)  # per-process sampling streams
     ref_model = load_model(model_path, dtype)[0].eval().requires_grad_(False) if cfg.kl_coef > 0 and not cfg.lora_rank else None
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], cfg, accelerator.device, sharded)
     if cfg.lora_rank and sharded:  # FSDP2 + LoRA: the root is the transformers model inside peft's wrapper (trainer/lora.py)
         optimizer = accelerator.prepare(model.get_base_model(), optimizer)[1]
     else:
