@@ -276,7 +276,7 @@ class Config:
     scale_adv_by_std: bool = flag(LOSS, True, "divide advantages by the group std (GRPO); off = Dr. GRPO's mean-only baseline")
     # --- optimisation ---
     lr: float = flag(OPTIM, 1e-4, "AdamW learning rate; 1e-4 suits the 1M-parameter tiny model (the papers use 1e-6 to 3e-6 for 7B-32B)",
-                     check=above(0))
+                     check=at_least(0, "(0: no update, e.g. to compare two engines' samples)"))
     warmup_steps: int = flag(OPTIM, 5, "linear LR warm-up, in optimizer updates, then constant (DAPO)",
                              check=at_least(0))
     weight_decay: float = flag(OPTIM, 0.0, "AdamW weight decay",

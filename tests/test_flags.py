@@ -22,7 +22,7 @@ BAD = {  # train.py: field -> values that must be refused
     "temperature": ["0", "-1"], "top_p": ["0", "1.5", "-0.5"], "max_new_tokens": ["0", "-1"],
     "vllm_gpu_memory_utilization": ["0", "1.5"], "tis_cap": ["-1", "0.5"], "reward_timeout": ["0", "-1"],
     "reward_workers": ["-1"], "correct_reward": ["-5"], "wrong_reward": ["2"], "clip_low": ["-0.1", "1.5"],
-    "clip_high": ["-0.1"], "dual_clip": ["0.5", "-1"], "kl_coef": ["-1"], "lr": ["0", "-1"], "warmup_steps": ["-1"],
+    "clip_high": ["-0.1"], "dual_clip": ["0.5", "-1"], "kl_coef": ["-1"], "lr": ["-1", "-1e-4"], "warmup_steps": ["-1"],
     "weight_decay": ["-1"], "grad_clip": ["0", "-1"], "mini_batch_size": ["0", "-1", "3"], "epochs": ["0"],
     "gen_batch_factor": ["0"], "seamless_max_wave": ["-1"], "overlong_buffer": ["-1", "64"], "token_budget": ["-1"],
     "entropy_coef": ["-1"], "entropy_target": ["0"], "entropy_delta": ["-1"], "entropy_max": ["-1"],
