@@ -255,6 +255,8 @@ def main():
         if os.environ.get(name) != value:  # read when torch is imported: this process again, with it set
             os.execvpe(sys.executable, [sys.executable, *sys.argv], {**os.environ, name: value})
     if a.collect:  # runs this script started and did not finish (stopped between seeds): their finished seeds
+        a.collect = subprocess.run(["git", "rev-parse", "--short=10", a.collect], cwd=ROOT, capture_output=True,
+                                   text=True).stdout.strip() or a.collect
         for r in a.recipes.split(","):
             tag = (f"-{a.env.replace('=', '-')}" if a.env else "")
             done = [os.path.join(a.out, f"{r}-seed{seed}{tag}") for seed in a.seeds.split(",")]
