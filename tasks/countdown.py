@@ -2,11 +2,11 @@
 
 The task of TinyZero, mini-R1 and nano-aha-moment (their Countdown data: `Jiayi-Pan/Countdown-Tasks-3to4`), here
 generated from a seed with difficulty levels and an exact solver, so that it runs on a laptop with nothing downloaded.
-A problem: "Using the numbers [25, 3, 7, 50], create an equation that equals 181 ...". Many equations are right, and
+A problem: "Using the numbers [25, 3, 7, 50], create an equation that equals 178 ...". Many equations are right, and
 finding one takes search: try a step, check it, back off; that is what makes response lengths and entropy vary.
 
-Answer format: the equation alone (no "= 181") inside the LAST `<answer>...</answer>` pair of the completion,
-e.g. `<answer>(50 - 25) * 7 + 6</answer>`; text before and after the pair is not read. The question says so.
+Answer format: the equation alone (no "= 178") inside the LAST `<answer>...</answer>` pair of the completion,
+e.g. `<answer>25 * 7 + 3</answer>`; text before and after the pair is not read. The question says so.
 
 Reward (countdown_reward(completion, problem) -> 1.0 or 0.0), in order; the first rule that fails scores 0:
   1. The completion has an `<answer>...</answer>` pair (the last one counts, found with rfind: linear time).
@@ -204,7 +204,11 @@ def countdown_reward(completion: str, problem: dict) -> float:
 # Exact solver over fractions
 # ------------------------------------------------------------------------------------------------
 # An expression is a tree: a leaf is the index of a given number, a node (op, left, right). A set of numbers is a
-# bitmask of indices. Values are ints while they are whole (fast) and Fractions otherwise.
+# bitmask of indices. Values are ints while they are whole (fast) and Fractions otherwise. Only values >= 0 are
+# searched, and that loses no target >= 0: every expression over numbers >= 0 has a twin on the same numbers with
+# the same operations whose every step is the absolute value of the original's (a - b with a < b becomes b - a,
+# a + b of mixed signs the larger minus the smaller, |a * b| = |a| * |b|, ...). So the shortest solution found is
+# the shortest over all rational expressions, and its steps never go negative (readable traces).
 SMALL = 3  # subsets up to this size have every value they reach tabulated; larger ones are searched for a target
 
 
@@ -216,11 +220,10 @@ def _div(a, b):
 
 
 def _combine(a, ta, b, tb):
-    """Every (value, tree) one operation makes from two disjoint expressions."""
+    """Every (value, tree) one operation makes from two disjoint expressions of values a, b >= 0, all >= 0."""
     yield a + b, ("+", ta, tb)
     yield a * b, ("*", ta, tb)
-    yield a - b, ("-", ta, tb)
-    yield b - a, ("-", tb, ta)
+    yield (a - b, ("-", ta, tb)) if a >= b else (b - a, ("-", tb, ta))
     if b != 0:
         yield _div(a, b), ("/", ta, tb)
     if a != 0:
@@ -259,8 +262,8 @@ def _tables(numbers: list[int]) -> dict[int, dict]:
 
 def _find(mask: int, target, tables: dict):
     """A tree using each number of `mask` once with value `target`, or None. Large sets: for each split, every value
-    of the tabulated side gives the value the other side must reach (b + a = t -> a = t - b, ...). Cases lost
-    (b = 0 in a * b = 0, a = 0 in a / b = 0) have a shorter solution, which `shortest` finds first."""
+    b of the tabulated side gives the value a the other side must reach (a + b = t: a = t - b, ...). Cases left out
+    (b = 0 in a * b = 0, a = 0 in a / b = 0) have a solution on fewer numbers, which `shortest` finds first."""
     if mask in tables:
         return tables[mask].get(target)
     for x, y in _splits(mask):
@@ -269,8 +272,11 @@ def _find(mask: int, target, tables: dict):
         if x not in tables:
             continue
         for b, tb in tables[x].items():
-            needs = [(target - b, lambda ta: ("+", ta, tb)), (target + b, lambda ta: ("-", ta, tb)),
-                     (b - target, lambda ta: ("-", tb, ta))]
+            needs = [(target + b, lambda ta: ("-", ta, tb))]
+            if target >= b:
+                needs.append((target - b, lambda ta: ("+", ta, tb)))
+            if b >= target:
+                needs.append((b - target, lambda ta: ("-", tb, ta)))
             if b != 0:
                 needs += [(_div(target, b), lambda ta: ("*", ta, tb)), (target * b, lambda ta: ("/", ta, tb))]
                 if target != 0:
@@ -288,7 +294,9 @@ def _size(tree) -> int:
 
 def shortest(numbers: list[int], target: int, max_ops: int | None = None):
     """A tree with the fewest operations that reaches `target` (each number at most once), or None; with max_ops,
-    None also when every solution needs more operations than that."""
+    None also when every solution needs more operations than that. Numbers and target >= 0 (the search above)."""
+    if target < 0 or min(numbers) < 0:
+        raise ValueError("countdown: the numbers and the target must be >= 0")
     tables = _tables(numbers)
     n = len(numbers)
     for size in range(1, n + 1 if max_ops is None else min(n, max_ops + 1) + 1):
@@ -390,3 +398,95 @@ def generate(n: int, split: str = "train", seed: int = 0, levels=(1, 2, 3, 4, 5)
         seen.add((tuple(sorted(p["numbers"])), p["target"]))
         out.append(p)
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Search traces for a cold-start SFT model
+# ------------------------------------------------------------------------------------------------
+def _show(v) -> str:
+    return str(v) if isinstance(v, int) else f"{v.numerator}/{v.denominator}"
+
+
+def _steps(items: list):
+    """The steps a person tries on the current numbers, (i, j, value, tree): two of them, one operation, a whole
+    result other than 0 (a larger number minus or divided by a smaller one)."""
+    out = []
+    for i in range(len(items)):
+        for j in range(i + 1, len(items)):
+            (a, ta), (b, tb) = items[i], items[j]
+            out += [(i, j, v, t) for v, t in _combine(a, ta, b, tb) if isinstance(v, int) and v != 0]
+    return out
+
+
+SIDE_DEPTH = 3  # a side branch is followed at most this many steps before it is abandoned
+
+
+def solve_trace(problem: dict, rng: random.Random, max_tries: int = 40) -> str:
+    """The search for a solution written out: try a step on two of the numbers, check what is left, go deeper or
+    back off, until a step reaches the target; the final line is the answer (`<answer>...</answer>`).
+
+    A depth-first search that is sure to finish: at each depth of the shortest solution (`shortest`) it first tries
+    0-4 other steps (how many is drawn from `rng`), each followed one or two ways up to SIDE_DEPTH steps deep and abandoned ("back to
+    ..."), then takes the solution's step. A side branch that happens to reach the target ends the search there (a
+    right answer too). After `max_tries` steps no more side branches are tried, which bounds the length. Lengths so
+    vary with the luck of the draw and the problem's depth, as a model's searches do."""
+    numbers, target = problem["numbers"], problem["target"]
+    plan = shortest(numbers, target)
+    if plan is None:
+        raise ValueError(f"countdown: {numbers} cannot make {target}")
+    wanted = []  # the solution's steps, innermost first
+
+    def walk(t):
+        if isinstance(t, tuple):
+            walk(t[1]), walk(t[2])
+            wanted.append(t)
+    walk(plan)
+    lines, tries = [f"Target {target} from {', '.join(map(str, numbers))}."], [0]
+
+    def listing(items):
+        return ", ".join(_show(v) for v, _ in items)
+
+    def show(t):  # one step: '49 * 5 = 245'
+        return f"{_show(_value(t[1], numbers))} {t[0]} {_show(_value(t[2], numbers))} = {_show(_value(t, numbers))}"
+
+    def search(items, on_plan: bool, depth: int):
+        steps = _steps(items)
+        rng.shuffle(steps)
+        if on_plan:  # the solution's next step, after k others
+            have = {t: n for n, (_, t) in enumerate(items)}
+            nxt = next(w for w in wanted if w not in have and w[1] in have and w[2] in have)
+            i, j = have[nxt[1]], have[nxt[2]]
+            others = [s for s in steps if s[3] != nxt and s[2] != _value(nxt, numbers)]
+            k = rng.choice((0, 0, 0, 1, 1, 2, 3, 4)) if tries[0] < max_tries else 0
+            order = [(s, False) for s in others[:k]] + [((i, j, _value(nxt, numbers), nxt), True)]
+        elif len(items) == 2:  # two numbers left on a side branch: check every result at once
+            tries[0] += 1
+            hit = next((t for _, _, v, t in steps if v == target), None)
+            if hit is not None:
+                lines.append(f"Try {show(hit)}. That is the target.")
+                return hit
+            results = ", ".join(_show(v) for v in sorted({v for _, _, v, _ in steps}))
+            lines.append(f"Check {listing(items)}: {results}. No {target}.")
+            return None
+        else:
+            order = [(s, False) for s in steps[:rng.choice((1, 1, 2))]] if tries[0] < max_tries and depth < SIDE_DEPTH else []
+        for (i, j, v, t), follows in order:
+            tries[0] += 1
+            rest = [x for n, x in enumerate(items) if n not in (i, j)] + [(v, t)]
+            step = show(t)
+            if v == target:
+                lines.append(f"Try {step}. That is the target.")
+                return t
+            if len(rest) == 1:
+                lines.append(f"Try {step}. Not {target}.")
+                continue
+            lines.append(f"Try {step}. Left: {listing(rest)}.")
+            found = search(rest, follows, 0 if follows else depth + 1)
+            if found is not None:
+                return found
+            lines.append(f"Back to {listing(items)}.")
+        return None
+
+    found = search([(x, i) for i, x in enumerate(numbers)], True, 0)
+    equation = to_text(found, numbers)
+    return "\n".join(lines + [f"So {equation} = {target}.", f"<answer>{equation}</answer>"])

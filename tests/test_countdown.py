@@ -9,7 +9,7 @@ import pytest
 
 from tasks import countdown as cd
 
-P = {"numbers": [25, 3, 7, 50], "target": 181}  # 181 = 3 * 50 + 25 + 7 - 1 would need a 1: no 2-step solution
+P = {"numbers": [25, 3, 7, 50], "target": 181}  # no solution at all (cd.solve: None)
 
 
 def r(answer: str, problem=P) -> float:
@@ -32,7 +32,7 @@ def test_hand_computed_correct():
     assert r("6 / (1 - 3 / 4)", f) == 1.0 and cd.solve([1, 3, 4, 6], 24) is not None
     assert r("(3 + 3) * 4", f) == 0.0  # 3 used twice
     assert r("(3 + 3) * 4", {"numbers": [3, 4, 3], "target": 24}) == 1.0  # ... fine when 3 is given twice
-    assert r("25 + 3", P) == 0.0  # 28, not 181
+    assert r("25 + 3", P) == 0.0 and cd.solve(P["numbers"], 181) is None
     assert r("25", {"numbers": [25, 3], "target": 25}) == 1.0  # at most once: a lone given number that is the target
 
 
@@ -106,7 +106,7 @@ def test_exact_not_float():
 @pytest.mark.parametrize("level", sorted(cd.LEVELS))
 def test_every_generated_problem_is_solvable_at_its_level(level):
     spec = cd.LEVELS[level]
-    for p in cd.generate(40, "train", seed=1, levels=(level,)) + cd.generate(10, "test", seed=1, levels=(level,)):
+    for p in cd.generate(25, "train", seed=1, levels=(level,)) + cd.generate(8, "test", seed=1, levels=(level,)):
         assert set(p) == {"id", "question", "numbers", "target", "level", "ops", "answer"}
         assert p["level"] == level and p["ops"] == spec.ops and len(p["numbers"]) == spec.count
         assert all(spec.numbers[0] <= x <= spec.numbers[1] for x in p["numbers"])
@@ -145,3 +145,34 @@ def test_deterministic_and_splits_disjoint():
         assert len(set(keys)) == len(keys) and len({p["id"] for p in split}) == len(split)
     with pytest.raises(ValueError):
         cd.generate(3, "validation")
+
+
+def test_solve_trace():
+    """Every step a trace shows is right arithmetic, its last line is the answer, and it scores 1; deterministic in
+    the rng; the length grows with the search (at least 3x between the shortest and longest trace of a level)."""
+    import operator
+    import re
+    from fractions import Fraction
+
+    apply = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
+    num = r"(\d+(?:/\d+)?)"
+    for level in (1, 3, 5):
+        problems = cd.generate(25, "train", seed=2, levels=(level,))
+        rng = random.Random(0)
+        traces = [cd.solve_trace(p, rng) for p in problems]
+        rng = random.Random(0)
+        assert traces == [cd.solve_trace(p, rng) for p in problems]
+        for p, trace in zip(problems, traces):
+            assert cd.countdown_reward(trace, p) == 1.0
+            lines = trace.splitlines()
+            assert lines[-1].startswith("<answer>") and lines[-1].endswith("</answer>")
+            assert lines[0] == f"Target {p['target']} from {', '.join(map(str, p['numbers']))}."
+            steps = re.findall(rf"Try {num} ([-+*/]) {num} = {num}\.", trace)
+            assert steps and len(steps) == trace.count("Try ")
+            for a, op, b, v in steps:
+                assert apply[op](Fraction(a), Fraction(b)) == Fraction(v)
+            for x, y, results in re.findall(rf"Check {num}, {num}: ([\d, ]+)\. No", trace):
+                assert str(p["target"]) not in results.split(", ")
+                assert str(Fraction(x) + Fraction(y)) in results.split(", ")
+        lengths = sorted(map(len, traces))
+        assert lengths[-1] >= 3 * lengths[0]
