@@ -102,11 +102,11 @@ def extract_equation(completion: str) -> str | None:
 def tokenize(text: str, allowed: set[str]) -> list[str]:
     """Literals (as written), operators ('+-*/'), '(' and ')'. `allowed`: the given numbers' digits as text; a
     literal longer than the longest of them is refused before it is read to the end."""
-    longest = max(map(len, allowed))
+    longest = max(map(len, allowed), default=0)
     out, i, n = [], 0, len(text)
     while i < n:
         c = text[i]
-        if c in " \t\n":
+        if c in " \t\r\n":
             i += 1
         elif c in "0123456789":
             j = i
@@ -240,12 +240,12 @@ def _splits(mask: int):
         sub = (sub - 1) & mask
 
 
-def _tables(numbers: list[int]) -> dict[int, dict]:
-    """mask -> {value: tree} for every subset of at most SMALL numbers, using each of its numbers once."""
+def _tables(numbers: list[int], upto: int) -> dict[int, dict]:
+    """mask -> {value: tree} for every subset of at most `upto` numbers, using each of its numbers once."""
     tables = {}
     masks = sorted(range(1, 1 << len(numbers)), key=lambda m: bin(m).count("1"))
     for mask in masks:
-        if bin(mask).count("1") > SMALL:
+        if bin(mask).count("1") > upto:
             break
         if mask & (mask - 1) == 0:
             tables[mask] = {numbers[mask.bit_length() - 1]: mask.bit_length() - 1}
@@ -266,11 +266,9 @@ def _find(mask: int, target, tables: dict):
     (b = 0 in a * b = 0, a = 0 in a / b = 0) have a solution on fewer numbers, which `shortest` finds first."""
     if mask in tables:
         return tables[mask].get(target)
-    for x, y in _splits(mask):
-        if bin(x).count("1") > SMALL or (bin(y).count("1") <= SMALL and len(tables[y]) < len(tables[x])):
+    for x, y in _splits(mask):  # one side of every split is tabulated (shortest sizes the tables so)
+        if x not in tables or (y in tables and len(tables[y]) < len(tables[x])):
             x, y = y, x  # x: the tabulated side with fewer values, enumerated; y: solved for its value
-        if x not in tables:
-            continue
         for b, tb in tables[x].items():
             needs = [(target + b, lambda ta: ("-", ta, tb))]
             if target >= b:
@@ -295,11 +293,12 @@ def _size(tree) -> int:
 def shortest(numbers: list[int], target: int, max_ops: int | None = None):
     """A tree with the fewest operations that reaches `target` (each number at most once), or None; with max_ops,
     None also when every solution needs more operations than that. Numbers and target >= 0 (the search above)."""
-    if target < 0 or min(numbers) < 0:
-        raise ValueError("countdown: the numbers and the target must be >= 0")
-    tables = _tables(numbers)
+    if target < 0 or min(numbers) < 0 or len(numbers) > 2 * SMALL + 1:
+        raise ValueError("countdown: the numbers and the target must be >= 0, and at most 7 numbers")
     n = len(numbers)
-    for size in range(1, n + 1 if max_ops is None else min(n, max_ops + 1) + 1):
+    largest = n if max_ops is None else min(n, max_ops + 1)  # the largest set searched; tabulate the sets below it
+    tables = _tables(numbers, max(1, min(SMALL, largest - 1)))  # (>= half of it: a side of each split is tabulated)
+    for size in range(1, largest + 1):
         for mask in range(1, 1 << n):
             if bin(mask).count("1") == size:
                 tree = _find(mask, target, tables)
