@@ -262,8 +262,9 @@ def _tables(numbers: list[int], upto: int) -> dict[int, dict]:
 
 def _find(mask: int, target, tables: dict):
     """A tree using each number of `mask` once with value `target`, or None. Large sets: for each split, every value
-    b of the tabulated side gives the value a the other side must reach (a + b = t: a = t - b, ...). Cases left out
-    (b = 0 in a * b = 0, a = 0 in a / b = 0) have a solution on fewer numbers, which `shortest` finds first."""
+    b of the tabulated side gives the value a the other side must reach (a + b = t: a = t - b, ...). The case left
+    out (b = 0 = t: a * b and b / a are 0 for any a) has a solution on fewer numbers, b's, which `shortest` finds
+    first."""
     if mask in tables:
         return tables[mask].get(target)
     for x, y in _splits(mask):  # one side of every split is tabulated (shortest sizes the tables so)
