@@ -1,0 +1,1 @@
+"""Tasks beyond the built-in ones in data.py."""

@@ -1,0 +1,496 @@
+"""Countdown: reach a target number from 3-5 given numbers with + - * / and parentheses.
+
+The task of TinyZero, mini-R1 and nano-aha-moment (their Countdown data: `Jiayi-Pan/Countdown-Tasks-3to4`), here
+generated from a seed with difficulty levels and an exact solver, so that it runs on a laptop with nothing downloaded.
+A problem: "Using the numbers [25, 3, 7, 50], create an equation that equals 178 ...". Many equations are right, and
+finding one takes search: try a step, check it, back off; that is what makes response lengths and entropy vary.
+
+Answer format: the equation alone (no "= 178") inside the LAST `<answer>...</answer>` pair of the completion,
+e.g. `<answer>25 * 7 + 3</answer>`; text before and after the pair is not read. The question says so.
+
+Reward (countdown_reward(completion, problem) -> 1.0 or 0.0), in order; the first rule that fails scores 0:
+  1. The completion has an `<answer>...</answer>` pair (the last one counts, found with rfind: linear time).
+  2. Its content is at most MAX_ANSWER_CHARS characters (a 5-number equation needs under 40).
+  3. It tokenizes into non-negative integer literals, `+ - * /` (also `×` `÷` `−`, the same operations in print),
+     parentheses and spaces; nothing else: no names, no `.` (so `2.5` is refused, not read as 2 and 5), no `=`.
+  4. It parses (a hand-written recursive-descent parser, never eval) as binary operations only: `**` and `//` are two
+     operators in a row and do not parse; unary minus and plus are refused (the targets are positive, and an equation
+     with unary signs equals plus or minus one without them, so they are never needed); parentheses nest at most
+     MAX_DEPTH deep.
+  5. Each literal is one of the given numbers as written (`07` is not 7), and no number is used more often than it is
+     given (a 5 given twice may be used twice). Numbers may be left unused ("at most once", below).
+  6. It evaluates exactly with fractions.Fraction (no float, no 1e-5 tolerance); a division by zero scores 0.
+  7. The value equals the target exactly: 1.0. Otherwise 0.0.
+Every rule is checked on a bounded input (rules 1-2 before any parsing), so a 1 MB string, `9**9**9` or 10^5 nested
+parentheses score 0 in well under a millisecond of parsing; nothing can hang the reward.
+
+Where the peers differ, and what this project does:
+  * Numbers used at most once, not exactly once. TinyZero, mini-R1 and nano-aha-moment check that the sorted literals
+    equal the sorted numbers (all used, once each), while their own prompts say only "each number can only be used
+    once". The project follows the prompt and the TV game's rule (numbers may be left over): what the question says is
+    what is graded, and difficulty can then be "how many operations the shortest solution needs" (levels, below),
+    which under all-used would always be len(numbers) - 1. Every equation the peers accept is accepted here.
+  * Reward 0/1, no format credit. TinyZero gives 0.1 to any formatted wrong answer and nano-aha-moment adds a format
+    reward; then a group with no solution but mixed formatting still has a nonzero advantage, and a policy can earn
+    reward without solving anything. The project's math reward is 0/1 too; a format bonus can be added by the caller.
+  * The last `<answer>` pair, anywhere in the text. TinyZero reads only the last line (an answer followed by one more
+    line scores 0); nano-aha-moment and mini-R1 take the first pair and only on one line.
+  * A parser instead of a character regex + eval. The peers' `^[\\d+\\-*/().\\s]+$` admits `**` and `//`, hangs on
+    `9**9**9`, lets `2.5*2` pass the number check for [2, 5, 2], and compares floats at 1e-5.
+
+Data (generate): level -> (how many numbers, operations the shortest solution needs, number range, target range):
+LEVELS below. A problem's numbers are drawn, a random expression over ops + 1 of them gives the target, and the exact
+solver keeps the problem only if no expression over fewer numbers reaches it: so every problem is solvable, with a
+shortest solution of exactly the level's length (stored as "answer": one right equation among many). The held-out
+split ('test') is the set of problems whose sorted numbers hash into HELDOUT_PERCENT of 100 buckets, a pure function
+of the numbers: a held-out multiset of numbers never appears in training, with any target, whatever the seeds; each
+split is deduplicated by (sorted numbers, target).
+
+Problem dict: {"id", "question", "numbers", "target", "level", "ops", "answer"}: "question" states the numbers, the
+target and the answer format; "answer" is a shortest solution; "ops" its number of operations.
+
+solve_trace(problem, rng): a solver's search written out (try a step, check it, back off), ending in the answer line,
+for a cold-start SFT model that searches; its length follows how much search it did.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import Counter
+from dataclasses import dataclass
+from fractions import Fraction
+
+MAX_ANSWER_CHARS = 200  # longer answer contents score 0 unread
+MAX_DEPTH = 12  # parentheses nested deeper score 0
+HELDOUT_PERCENT = 20
+
+
+@dataclass(frozen=True)
+class Level:
+    count: int  # how many numbers are given
+    ops: int  # operations in the shortest solution (ops + 1 numbers used; the rest are distractors)
+    numbers: tuple[int, int]  # range of each number
+    targets: tuple[int, int]  # range of the target
+
+
+LEVELS = {
+    1: Level(3, 2, (1, 20), (10, 100)),  # all three numbers, two steps
+    2: Level(4, 2, (1, 30), (10, 100)),  # two steps, one distractor
+    3: Level(4, 3, (1, 50), (10, 200)),  # all four numbers
+    4: Level(5, 3, (1, 50), (10, 500)),  # three steps, one distractor
+    5: Level(5, 4, (1, 100), (100, 999)),  # all five numbers
+}
+
+# ------------------------------------------------------------------------------------------------
+# Verifier: extract, tokenize, parse, evaluate exactly
+# ------------------------------------------------------------------------------------------------
+OPEN, CLOSE = "<answer>", "</answer>"
+_OPS = {"+": "+", "-": "-", "*": "*", "/": "/", "×": "*", "÷": "/", "−": "-"}
+
+
+class _Reject(Exception):
+    """The equation is malformed, hostile or uses numbers it may not: reward 0."""
+
+
+def extract_equation(completion: str) -> str | None:
+    """Content of the last <answer>...</answer> pair, or None when there is none."""
+    close = completion.rfind(CLOSE)
+    start = completion.rfind(OPEN, 0, close) if close >= 0 else -1
+    return None if start < 0 else completion[start + len(OPEN):close]
+
+
+def tokenize(text: str, allowed: set[str]) -> list[str]:
+    """Literals (as written), operators ('+-*/'), '(' and ')'. `allowed`: the given numbers' digits as text; a
+    literal longer than the longest of them is refused before it is read to the end."""
+    longest = max(map(len, allowed), default=0)
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in " \t\r\n":
+            i += 1
+        elif c in "0123456789":
+            j = i
+            while j < n and text[j] in "0123456789":
+                j += 1
+                if j - i > longest:
+                    raise _Reject("literal too long")
+            if text[i:j] not in allowed:
+                raise _Reject(f"{text[i:j]} is not a given number")
+            out.append(text[i:j])
+            i = j
+        elif c in _OPS or c in "()":
+            out.append(_OPS.get(c, c))
+            i += 1
+        else:
+            raise _Reject(f"character {c!r}")
+    return out
+
+
+class _Parser:
+    """expr := term (('+'|'-') term)* ; term := factor (('*'|'/') factor)* ; factor := literal | '(' expr ')'"""
+
+    def __init__(self, tokens: list[str]):
+        self.tokens, self.pos, self.depth = tokens, 0, 0
+        self.used: list[int] = []  # the literals, in order
+
+    def peek(self) -> str | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def expr(self) -> Fraction:
+        value = self.term()
+        while self.peek() in ("+", "-"):
+            op = self.tokens[self.pos]
+            self.pos += 1
+            rhs = self.term()
+            value = value + rhs if op == "+" else value - rhs
+        return value
+
+    def term(self) -> Fraction:
+        value = self.factor()
+        while self.peek() in ("*", "/"):
+            op = self.tokens[self.pos]
+            self.pos += 1
+            rhs = self.factor()
+            if op == "/" and rhs == 0:
+                raise _Reject("division by zero")
+            value = value * rhs if op == "*" else value / rhs
+        return value
+
+    def factor(self) -> Fraction:
+        tok = self.peek()
+        self.pos += 1
+        if tok == "(":
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise _Reject("nested too deep")
+            value = self.expr()
+            if self.peek() != ")":
+                raise _Reject("unclosed parenthesis")
+            self.pos += 1
+            self.depth -= 1
+            return value
+        if tok is None or not tok.isdigit():  # an operator where a number belongs: '**', '//', unary signs, '()'
+            raise _Reject(f"expected a number, got {tok!r}")
+        self.used.append(int(tok))
+        return Fraction(int(tok))
+
+
+def evaluate(equation: str, numbers: list[int]) -> Fraction | None:
+    """The exact value of `equation` under rules 2-6 (module docstring), or None when it breaks one."""
+    try:
+        if len(equation) > MAX_ANSWER_CHARS:
+            raise _Reject("too long")
+        parser = _Parser(tokenize(equation, {str(x) for x in numbers}))
+        value = parser.expr()
+        if parser.pos != len(parser.tokens):
+            raise _Reject("trailing tokens")
+        if Counter(parser.used) - Counter(numbers):
+            raise _Reject("a number used more often than given")
+        return value
+    except _Reject:
+        return None
+
+
+def countdown_reward(completion: str, problem: dict) -> float:
+    """1.0 when the last <answer> equation reaches problem["target"] with problem["numbers"] (rules 1-7), else 0.0."""
+    equation = extract_equation(completion)
+    if equation is None:
+        return 0.0
+    value = evaluate(equation, problem["numbers"])
+    return 1.0 if value is not None and value == problem["target"] else 0.0
+
+
+# ------------------------------------------------------------------------------------------------
+# Exact solver over fractions
+# ------------------------------------------------------------------------------------------------
+# An expression is a tree: a leaf is the index of a given number, a node (op, left, right). A set of numbers is a
+# bitmask of indices. Values are ints while they are whole (fast) and Fractions otherwise. Only values >= 0 are
+# searched, and that loses no target >= 0: every expression over numbers >= 0 has a twin on the same numbers with
+# the same operations whose every step is the absolute value of the original's (a - b with a < b becomes b - a,
+# a + b of mixed signs the larger minus the smaller, |a * b| = |a| * |b|, ...). So the shortest solution found is
+# the shortest over all rational expressions, and its steps never go negative (readable traces).
+SMALL = 3  # subsets up to this size have every value they reach tabulated; larger ones are searched for a target
+
+
+def _div(a, b):
+    if type(a) is int and type(b) is int:
+        return a // b if a % b == 0 else Fraction(a, b)
+    q = a / b
+    return q.numerator if q.denominator == 1 else q
+
+
+def _combine(a, ta, b, tb):
+    """Every (value, tree) one operation makes from two disjoint expressions of values a, b >= 0, all >= 0."""
+    yield a + b, ("+", ta, tb)
+    yield a * b, ("*", ta, tb)
+    yield (a - b, ("-", ta, tb)) if a >= b else (b - a, ("-", tb, ta))
+    if b != 0:
+        yield _div(a, b), ("/", ta, tb)
+    if a != 0:
+        yield _div(b, a), ("/", tb, ta)
+
+
+def _splits(mask: int):
+    """Each unordered split of `mask` into two non-empty disjoint parts, once."""
+    low = mask & -mask  # the part holding the lowest index is `sub`: each split once
+    sub = (mask - 1) & mask
+    while sub:
+        if sub & low:
+            yield sub, mask ^ sub
+        sub = (sub - 1) & mask
+
+
+def _tables(numbers: list[int], upto: int) -> dict[int, dict]:
+    """mask -> {value: tree} for every subset of at most `upto` numbers, using each of its numbers once."""
+    tables = {}
+    masks = sorted(range(1, 1 << len(numbers)), key=lambda m: bin(m).count("1"))
+    for mask in masks:
+        if bin(mask).count("1") > upto:
+            break
+        if mask & (mask - 1) == 0:
+            tables[mask] = {numbers[mask.bit_length() - 1]: mask.bit_length() - 1}
+            continue
+        table = {}
+        for x, y in _splits(mask):
+            for a, ta in tables[x].items():
+                for b, tb in tables[y].items():
+                    for v, t in _combine(a, ta, b, tb):
+                        table.setdefault(v, t)
+        tables[mask] = table
+    return tables
+
+
+def _find(mask: int, target, tables: dict):
+    """A tree using each number of `mask` once with value `target`, or None. Large sets: for each split, every value
+    b of the tabulated side gives the value a the other side must reach (a + b = t: a = t - b, ...). The case left
+    out (b = 0 = t: a * b and b / a are 0 for any a) has a solution on fewer numbers, b's, which `shortest` finds
+    first."""
+    if mask in tables:
+        return tables[mask].get(target)
+    for x, y in _splits(mask):  # one side of every split is tabulated (shortest sizes the tables so)
+        if x not in tables or (y in tables and len(tables[y]) < len(tables[x])):
+            x, y = y, x  # x: the tabulated side with fewer values, enumerated; y: solved for its value
+        for b, tb in tables[x].items():
+            needs = [(target + b, lambda ta: ("-", ta, tb))]
+            if target >= b:
+                needs.append((target - b, lambda ta: ("+", ta, tb)))
+            if b >= target:
+                needs.append((b - target, lambda ta: ("-", tb, ta)))
+            if b != 0:
+                needs += [(_div(target, b), lambda ta: ("*", ta, tb)), (target * b, lambda ta: ("/", ta, tb))]
+                if target != 0:
+                    needs.append((_div(b, target), lambda ta: ("/", tb, ta)))
+            for need, build in needs:
+                ta = _find(y, need, tables)
+                if ta is not None:
+                    return build(ta)
+    return None
+
+
+def _size(tree) -> int:
+    return 1 if isinstance(tree, int) else _size(tree[1]) + _size(tree[2])
+
+
+def shortest(numbers: list[int], target: int, max_ops: int | None = None):
+    """A tree with the fewest operations that reaches `target` (each number at most once), or None; with max_ops,
+    None also when every solution needs more operations than that. Numbers and target >= 0 (the search above)."""
+    if target < 0 or min(numbers) < 0 or len(numbers) > 2 * SMALL + 1:
+        raise ValueError("countdown: the numbers and the target must be >= 0, and at most 7 numbers")
+    n = len(numbers)
+    largest = n if max_ops is None else min(n, max_ops + 1)  # the largest set searched; tabulate the sets below it
+    tables = _tables(numbers, max(1, min(SMALL, largest - 1)))  # (>= half of it: a side of each split is tabulated)
+    for size in range(1, largest + 1):
+        for mask in range(1, 1 << n):
+            if bin(mask).count("1") == size:
+                tree = _find(mask, target, tables)
+                if tree is not None:
+                    return tree
+    return None
+
+
+_PREC = {"+": 1, "-": 1, "*": 2, "/": 2}
+
+
+def to_text(tree, numbers: list[int]) -> str:
+    """The tree as an equation with only the parentheses it needs: '(50 - 25) * 7 + 6'."""
+    if isinstance(tree, int):
+        return str(numbers[tree])
+    op, left, right = tree
+    ls, rs = to_text(left, numbers), to_text(right, numbers)
+    if not isinstance(left, int) and _PREC[left[0]] < _PREC[op]:
+        ls = f"({ls})"
+    if not isinstance(right, int) and (_PREC[right[0]] < _PREC[op] or (_PREC[right[0]] == _PREC[op] and op in "-/")):
+        rs = f"({rs})"
+    return f"{ls} {op} {rs}"
+
+
+def solve(numbers: list[int], target: int) -> str | None:
+    """A shortest equation reaching `target` (each number at most once), or None when there is none."""
+    tree = shortest(numbers, target)
+    return None if tree is None else to_text(tree, numbers)
+
+
+def _value(tree, numbers):
+    """The exact value of a tree (numbers=None: the leaves are values themselves)."""
+    if not isinstance(tree, tuple):
+        return tree if numbers is None else numbers[tree]
+    op, left, right = tree
+    a, b = _value(left, numbers), _value(right, numbers)
+    return a + b if op == "+" else a - b if op == "-" else a * b if op == "*" else _div(a, b)
+
+
+# ------------------------------------------------------------------------------------------------
+# Generator and splits
+# ------------------------------------------------------------------------------------------------
+def split_of(numbers: list[int]) -> str:
+    """'test' for about HELDOUT_PERCENT% of all multisets of numbers, 'train' for the rest: a pure function."""
+    key = ",".join(map(str, sorted(numbers)))
+    return "test" if int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % 100 < HELDOUT_PERCENT else "train"
+
+
+def question(numbers: list[int], target: int) -> str:
+    return (f"Using the numbers {numbers}, create an equation that equals {target}. You can use +, -, *, / and "
+            f"parentheses, and each number at most once (you do not have to use them all). Give the final equation "
+            f"alone, without \"= {target}\", in <answer> </answer> tags, for example <answer>(1 + 2) * 3</answer>.")
+
+
+def make_problem(rng: random.Random, level: int, split: str | None = None) -> dict | None:
+    """One problem of `level`, or None when this draw fails (a target out of range or reachable in fewer steps, or
+    numbers of the other `split`): the caller draws again."""
+    spec = LEVELS[level]
+    numbers = [rng.randint(*spec.numbers) for _ in range(spec.count)]
+    if split is not None and split_of(numbers) != split:
+        return None
+    items = [(numbers[i], i) for i in rng.sample(range(spec.count), spec.ops + 1)]
+    while len(items) > 1:  # a random expression over ops + 1 of the numbers
+        (a, ta), (b, tb) = items.pop(), items.pop()
+        op = rng.choice("+-*/")
+        if (op == "-" and a < b) or (op == "/" and a < b):  # larger first: no negative steps, fewer fractions
+            (a, ta), (b, tb) = (b, tb), (a, ta)
+        if op == "/" and b == 0:
+            op = "*"
+        items.append((_value((op, a, b), None), (op, ta, tb)))
+        rng.shuffle(items)
+    target, tree = items[0]
+    if not (isinstance(target, int) and spec.targets[0] <= target <= spec.targets[1]):
+        return None
+    if shortest(numbers, target, max_ops=spec.ops - 1) is not None:
+        return None  # a shorter solution exists: not this level
+    key = f"{sorted(numbers)}={target}"
+    return {"id": "countdown-" + hashlib.sha256(key.encode()).hexdigest()[:12], "question": question(numbers, target),
+            "numbers": numbers, "target": target, "level": level, "ops": spec.ops, "answer": to_text(tree, numbers)}
+
+
+def generate(n: int, split: str = "train", seed: int = 0, levels=(1, 2, 3, 4, 5), weights=None) -> list[dict]:
+    """`n` distinct problems of `split` ('train' or 'test'), levels drawn with `weights` (uniform by default).
+    Deterministic in (n, split, seed, levels, weights); the splits never share a multiset of numbers (split_of)."""
+    if split not in ("train", "test"):
+        raise ValueError(f"countdown: split must be 'train' or 'test', got {split!r}")
+    rng = random.Random(f"countdown-{seed}-{split}")
+    out, seen, tries = [], set(), 0
+    while len(out) < n:
+        tries += 1
+        if tries > 1000 * n + 10000:
+            raise ValueError(f"countdown: cannot draw {n} distinct {split} problems at levels {levels}; ask for fewer")
+        p = make_problem(rng, rng.choices(list(levels), weights=weights)[0], split)
+        if p is None or (tuple(sorted(p["numbers"])), p["target"]) in seen:
+            continue
+        seen.add((tuple(sorted(p["numbers"])), p["target"]))
+        out.append(p)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Search traces for a cold-start SFT model
+# ------------------------------------------------------------------------------------------------
+def _show(v) -> str:
+    return str(v) if isinstance(v, int) else f"{v.numerator}/{v.denominator}"
+
+
+def _steps(items: list):
+    """The steps a person tries on the current numbers, (i, j, value, tree): two of them, one operation, a whole
+    result other than 0 (a larger number minus or divided by a smaller one)."""
+    out = []
+    for i in range(len(items)):
+        for j in range(i + 1, len(items)):
+            (a, ta), (b, tb) = items[i], items[j]
+            out += [(i, j, v, t) for v, t in _combine(a, ta, b, tb) if isinstance(v, int) and v != 0]
+    return out
+
+
+SIDE_DEPTH = 3  # a side branch is followed at most this many steps before it is abandoned
+
+
+def solve_trace(problem: dict, rng: random.Random, max_tries: int = 40) -> str:
+    """The search for a solution written out: try a step on two of the numbers, check what is left, go deeper or
+    back off, until a step reaches the target; the final line is the answer (`<answer>...</answer>`).
+
+    A depth-first search that is sure to finish: at each depth of the shortest solution (`shortest`) it first tries
+    0-4 other steps (how many is drawn from `rng`), each followed one or two ways up to SIDE_DEPTH steps deep, where
+    two numbers left are checked at once ("Check 12, 234: 222, 246, 2808. No 242."), and abandoned ("Back to ..."),
+    then takes the solution's step. A side branch that happens to reach the target ends the search there (a right
+    answer too). After `max_tries` steps no more side branches are tried, which bounds the length. Lengths so vary
+    with the luck of the draw and the problem's depth, as a model's searches do (chars over 200 problems a level,
+    seed 11: level 1 132-555, median 240; level 5 248-2599, median 991)."""
+    numbers, target = problem["numbers"], problem["target"]
+    plan = shortest(numbers, target)
+    if plan is None:
+        raise ValueError(f"countdown: {numbers} cannot make {target}")
+    wanted = []  # the solution's steps, innermost first
+
+    def walk(t):
+        if isinstance(t, tuple):
+            walk(t[1]), walk(t[2])
+            wanted.append(t)
+    walk(plan)
+    lines, tries = [f"Target {target} from {', '.join(map(str, numbers))}."], [0]
+
+    def listing(items):
+        return ", ".join(_show(v) for v, _ in items)
+
+    def show(t):  # one step: '49 * 5 = 245'
+        return f"{_show(_value(t[1], numbers))} {t[0]} {_show(_value(t[2], numbers))} = {_show(_value(t, numbers))}"
+
+    def search(items, on_plan: bool, depth: int):
+        steps = _steps(items)
+        rng.shuffle(steps)
+        if on_plan:  # the solution's next step, after k others
+            have = {t: n for n, (_, t) in enumerate(items)}
+            nxt = next(w for w in wanted if w not in have and w[1] in have and w[2] in have)
+            i, j = have[nxt[1]], have[nxt[2]]
+            others = [s for s in steps if s[3] != nxt and s[2] != _value(nxt, numbers)]
+            k = rng.choice((0, 0, 0, 1, 1, 2, 3, 4)) if tries[0] < max_tries else 0
+            order = [(s, False) for s in others[:k]] + [((i, j, _value(nxt, numbers), nxt), True)]
+        elif len(items) == 2:  # two numbers left on a side branch: check every result at once
+            tries[0] += 1
+            hit = next((t for _, _, v, t in steps if v == target), None)
+            if hit is not None:
+                lines.append(f"Try {show(hit)}. That is the target.")
+                return hit
+            results = ", ".join(_show(v) for v in sorted({v for _, _, v, _ in steps}))
+            lines.append(f"Check {listing(items)}: {results}. No {target}.")
+            return None
+        elif tries[0] < max_tries and depth < SIDE_DEPTH:  # a side branch: one or two ways on
+            order = [(s, False) for s in steps[:rng.choice((1, 1, 2))]]
+        else:
+            order = []
+        for (i, j, v, t), follows in order:
+            tries[0] += 1
+            rest = [x for n, x in enumerate(items) if n not in (i, j)] + [(v, t)]
+            step = show(t)
+            if v == target:
+                lines.append(f"Try {step}. That is the target.")
+                return t
+            if len(rest) == 1:
+                lines.append(f"Try {step}. Not {target}.")
+                continue
+            lines.append(f"Try {step}. Left: {listing(rest)}.")
+            found = search(rest, follows, 0 if follows else depth + 1)
+            if found is not None:
+                return found
+            lines.append(f"Back to {listing(items)}.")
+        return None
+
+    found = search([(x, i) for i, x in enumerate(numbers)], True, 0)
+    equation = to_text(found, numbers)
+    return "\n".join(lines + [f"So {equation} = {target}.", f"<answer>{equation}</answer>"])

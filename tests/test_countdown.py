@@ -1,0 +1,211 @@
+"""The Countdown task (tasks/countdown.py): verifier rules and hostile inputs, generator levels, splits, solver, traces.
+
+Run:  python -m pytest -q tests/test_countdown.py
+"""
+import random
+import time
+
+import pytest
+
+from tasks import countdown as cd
+
+P = {"numbers": [25, 3, 7, 50], "target": 181}  # no solution at all (cd.solve: None)
+
+
+def r(answer: str, problem=P) -> float:
+    return cd.countdown_reward(f"Let me think.\n<answer>{answer}</answer>", problem)
+
+
+def test_hand_computed_correct():
+    # 25 * 7 = 175, 175 + 3 = 178
+    p = {"numbers": [25, 3, 7, 50], "target": 178}
+    assert r("25 * 7 + 3", p) == 1.0
+    assert r("3 + 7 * 25", p) == 1.0  # precedence: 7 * 25 first
+    assert r("(25*7)+3", p) == 1.0 and r("  25  *7+ 3 ", p) == 1.0 and r("((25 * 7) + 3)", p) == 1.0
+    assert r("25 × 7 + 3", p) == 1.0  # the printed multiplication sign is the same operation
+    assert r("50 * 7 / 2", p) == 0.0  # 2 is not given
+    q = {"numbers": [6, 4, 3], "target": 8}
+    assert r("6 / 3 * 4", q) == 1.0 and r("6 ÷ 3 × 4", q) == 1.0 and r("4 * 6 / 3", q) == 1.0
+    assert r("6 / (3 * 4)", q) == 0.0  # = 1/2
+    assert r("6 − 3 + 4", {"numbers": [6, 4, 3], "target": 7}) == 1.0  # U+2212 minus
+    f = {"numbers": [1, 3, 4, 6], "target": 24}  # the classic that needs a fraction: 6 / (1 - 3/4) = 24
+    assert r("6 / (1 - 3 / 4)", f) == 1.0 and cd.solve([1, 3, 4, 6], 24) is not None
+    assert r("(3 + 3) * 4", f) == 0.0  # 3 used twice
+    assert r("(3 + 3) * 4", {"numbers": [3, 4, 3], "target": 24}) == 1.0  # ... fine when 3 is given twice
+    assert r("25 + 3", P) == 0.0 and cd.solve(P["numbers"], 181) is None
+    assert r("25", {"numbers": [25, 3], "target": 25}) == 1.0  # at most once: a lone given number that is the target
+
+
+def test_unused_numbers_are_allowed():
+    p = {"numbers": [2, 5, 9, 40], "target": 10}
+    assert r("2 * 5", p) == 1.0 and r("40 / 2 - 9 - 5 + 4", p) == 0.0
+
+
+def test_answer_format():
+    p = {"numbers": [2, 5, 9], "target": 10}
+    ok = "<answer>2 * 5</answer>"
+    assert cd.countdown_reward(ok, p) == 1.0
+    assert cd.countdown_reward("2 * 5", p) == 0.0  # no tags
+    assert cd.countdown_reward("<answer>2 * 5", p) == 0.0  # never closed (cut off)
+    assert cd.countdown_reward("<answer>9 + 2</answer> wait <answer>2 * 5</answer>", p) == 1.0  # the last pair
+    assert cd.countdown_reward("<answer>2 * 5</answer> wait <answer>9 + 2</answer>", p) == 0.0
+    assert cd.countdown_reward(ok + "\nSo that is my answer.\n", p) == 1.0  # text after the pair is not read
+    assert cd.countdown_reward("<answer>\n2 *\n5\n</answer>", p) == 1.0  # multi-line content
+    assert cd.countdown_reward("<answer></answer>", p) == 0.0
+    assert cd.countdown_reward("<answer>2 * 5 = 10</answer>", p) == 0.0  # the equation alone, as the question says
+    assert cd.countdown_reward("</answer>2 * 5<answer>", p) == 0.0
+    assert cd.extract_equation("a <answer>x</answer> b <answer>y") == "x"
+
+
+HOSTILE = [
+    ("2 * 2 + 5", [2, 5, 9], 9),  # 2 used twice
+    ("9 + 1", [2, 5, 9], 10),  # 1 not given
+    ("5 / (2 - 2) + 9", [2, 5, 2, 9], 9),  # division by zero
+    ("9 / (5 - 5)", [5, 5, 9], 0),
+    ("2 ** 3 + 2", [2, 3, 2], 10),  # power: '**' is two operators
+    ("2**3", [2, 3], 8),
+    ("9 // 2 + 5", [9, 2, 5], 9),  # floor division
+    ("9//2", [9, 2], 4),
+    ("2.5 * 2", [2, 5, 2], 5),  # a decimal is not 2 and 5
+    ("2.5*2", [2, 5, 2], 5),
+    ("x * 5", [2, 5], 10), ("abs(5) * 2", [2, 5], 10), ("__import__('os')", [2, 5], 10),  # names
+    ("-5 + 15", [5, 15], 10), ("+5 + 5", [5, 5], 10), ("15 - -5", [5, 15], 20), ("+-+5 - 1", [5, 1], -6),  # signs
+    ("5 * 2 = 10", [5, 2], 10), ("5, 2", [5, 2], 10), ("(5 * 2", [5, 2], 10), ("5 * 2)", [5, 2], 10),
+    ("()", [5, 2], 10), ("5 2", [5, 2], 10), ("5 (2)", [5, 2], 10), ("05 * 2", [5, 2], 10),
+    ("1e1", [1], 10), ("0x0a", [0], 10), ("5 ^ 2", [5, 2], 7), ("5 % 2", [5, 2], 1), ("5 & 2", [5, 2], 0),
+    ("10" + "0" * 5000, [10], 10), ("9" * 10 ** 5, [9], 9),  # huge literals
+]
+
+
+@pytest.mark.parametrize("eq,numbers,target", HOSTILE)
+def test_hostile_and_malformed_score_zero(eq, numbers, target):
+    assert r(eq, {"numbers": numbers, "target": target}) == 0.0
+
+
+def test_hostile_are_fast():
+    p = {"numbers": [9, 9, 9], "target": 9}
+    probes = ["9**9**9", "9" * 10 ** 6, "(" * 10 ** 5 + "9" + ")" * 10 ** 5, "(" * 13 + "9" + ")" * 13,
+              "9+" * 500_000 + "9", "<answer>" * 120_000, "x" * 10 ** 6]
+    for probe in probes:
+        for text in (f"<answer>{probe}</answer>", probe + "</answer>", "<answer>" + probe, probe):
+            t = time.perf_counter()
+            assert cd.countdown_reward(text, p) == 0.0
+            assert time.perf_counter() - t < 0.05, probe[:20]
+    assert r("(" * 12 + "9" + ")" * 12, p) == 1.0  # MAX_DEPTH itself is allowed
+    assert r("(" * 13 + "9" + ")" * 13, p) == 0.0
+
+
+def test_exact_not_float():
+    assert r("(2 / 8 + 6) * 4", {"numbers": [2, 4, 6, 8], "target": 25}) == 1.0  # a fraction on the way: exact
+    assert cd.evaluate("1 / 3 + 1 / 7", [1, 3, 1, 7]) == cd.Fraction(10, 21)
+    # 1000 / 999 - 1 / 1000 = 999001 / 999000, 1e-6 from 1: the peers' |v - target| < 1e-5 accepts it, exact does not
+    p = {"numbers": [1000, 999, 1, 1000], "target": 1}
+    assert abs(1000 / 999 - 1 / 1000 - 1) < 1e-5 and r("1000 / 999 - 1 / 1000", p) == 0.0
+
+
+@pytest.mark.parametrize("level", sorted(cd.LEVELS))
+def test_every_generated_problem_is_solvable_at_its_level(level):
+    spec = cd.LEVELS[level]
+    for p in cd.generate(25, "train", seed=1, levels=(level,)) + cd.generate(8, "test", seed=1, levels=(level,)):
+        assert set(p) == {"id", "question", "numbers", "target", "level", "ops", "answer"}
+        assert p["level"] == level and p["ops"] == spec.ops and len(p["numbers"]) == spec.count
+        assert all(spec.numbers[0] <= x <= spec.numbers[1] for x in p["numbers"])
+        assert spec.targets[0] <= p["target"] <= spec.targets[1] and p["target"] not in p["numbers"]
+        assert f"{p['numbers']}" in p["question"] and str(p["target"]) in p["question"] and "<answer>" in p["question"]
+        solution = cd.solve(p["numbers"], p["target"])
+        assert r(solution, p) == 1.0 and r(p["answer"], p) == 1.0
+        assert cd._size(cd.shortest(p["numbers"], p["target"])) - 1 == spec.ops  # the shortest has the level's length
+        assert cd.shortest(p["numbers"], p["target"], max_ops=spec.ops - 1) is None
+
+
+def test_solver_hand_checked():
+    assert cd.solve([2, 5, 9], 10) in ("2 * 5", "5 * 2")
+    assert cd.solve([2, 5, 9], 9) == "9"
+    assert cd.solve([1, 1, 1], 100) is None  # (1 + 1) * ... at most 3
+    assert cd.solve([4, 4], 1) == "4 / 4"
+    assert cd.solve([3, 3, 8, 8], 24) in ("3 * 8", "8 * 3")  # at most once: the shortest, not 8 / (3 - 8 / 3)
+    assert cd._size(cd.shortest([2, 3, 7], 23)) == 3  # 3 * 7 + 2: no pair makes 23
+    assert r(cd.solve([3, 3, 8], 72), {"numbers": [3, 3, 8], "target": 72}) == 1.0  # 3 * 3 * 8
+    assert cd.to_text(("-", 0, ("-", 1, 2)), [9, 5, 2]) == "9 - (5 - 2)"
+    assert cd.to_text(("/", ("+", 0, 1), ("*", 1, 2)), [9, 5, 2]) == "(9 + 5) / (5 * 2)"
+    assert cd.to_text(("+", 0, ("+", 1, 2)), [9, 5, 2]) == "9 + 5 + 2"
+
+
+def test_deterministic_and_splits_disjoint():
+    a, b = cd.generate(40, seed=3), cd.generate(40, seed=3)
+    assert a == b and a != cd.generate(40, seed=4)
+    assert len({p["level"] for p in a}) == 5
+    train = cd.generate(200, "train", seed=0, levels=(1, 2)) + cd.generate(200, "train", seed=7, levels=(1, 2))
+    test = cd.generate(100, "test", seed=0, levels=(1, 2)) + cd.generate(100, "test", seed=7, levels=(1, 2))
+    key = lambda p: tuple(sorted(p["numbers"]))  # noqa: E731
+    assert not {key(p) for p in train} & {key(p) for p in test}  # not even the numbers, with any target
+    assert all(cd.split_of(p["numbers"]) == "test" for p in test)
+    for split in (test[:100], test[100:], train[:200], train[200:]):  # one generate() call each
+        keys = [(key(p), p["target"]) for p in split]
+        assert len(set(keys)) == len(keys) and len({p["id"] for p in split}) == len(split)
+    with pytest.raises(ValueError):
+        cd.generate(3, "validation")
+
+
+def test_solve_trace():
+    """Every step a trace shows is right arithmetic, its last line is the answer, and it scores 1; deterministic in
+    the rng; the length grows with the search (at least 3x between the shortest and longest trace of a level)."""
+    import operator
+    import re
+    from fractions import Fraction
+
+    apply = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
+    num = r"(\d+(?:/\d+)?)"
+    for level in (1, 3, 5):
+        problems = cd.generate(25, "train", seed=2, levels=(level,))
+        rng = random.Random(0)
+        traces = [cd.solve_trace(p, rng) for p in problems]
+        rng = random.Random(0)
+        assert traces == [cd.solve_trace(p, rng) for p in problems]
+        for p, trace in zip(problems, traces):
+            assert cd.countdown_reward(trace, p) == 1.0
+            lines = trace.splitlines()
+            assert lines[-1].startswith("<answer>") and lines[-1].endswith("</answer>")
+            assert lines[0] == f"Target {p['target']} from {', '.join(map(str, p['numbers']))}."
+            steps = re.findall(rf"Try {num} ([-+*/]) {num} = {num}\.", trace)
+            assert steps and len(steps) == trace.count("Try ")
+            for a, op, b, v in steps:
+                assert apply[op](Fraction(a), Fraction(b)) == Fraction(v)
+            for x, y, results in re.findall(rf"Check {num}, {num}: ([\d, ]+)\. No", trace):
+                assert str(p["target"]) not in results.split(", ")
+                assert str(Fraction(x) + Fraction(y)) in results.split(", ")
+        lengths = sorted(map(len, traces))
+        assert lengths[-1] >= 3 * lengths[0]
+
+
+def _brute_min_ops(numbers):
+    """value -> fewest operations, by trying every pair and every operation (negative steps too) on Fractions:
+    independent of the solver's tables, tricks and non-negative search."""
+    from fractions import Fraction
+
+    best = {}
+
+    def go(items, ops):
+        for v in items:
+            best[v] = min(best.get(v, ops), ops)
+        for i in range(len(items)):  # each value seen counts: the numbers not in it are left out ("at most once")
+            for j in range(i + 1, len(items)):
+                a, b = items[i], items[j]
+                rest = [x for k, x in enumerate(items) if k not in (i, j)]
+                for v in {a + b, a - b, b - a, a * b} | ({a / b} if b else set()) | ({b / a} if a else set()):
+                    go(rest + [v], ops + 1)
+
+    go([Fraction(x) for x in numbers], 0)
+    return best
+
+
+def test_solver_matches_brute_force():
+    rng = random.Random(9)
+    for _ in range(8):
+        numbers = [rng.randint(0, 12) for _ in range(4)]
+        best = _brute_min_ops(numbers)
+        reachable = sorted(v for v in best if v >= 0 and v.denominator == 1)
+        for t in rng.sample(reachable, 20) + rng.sample(range(150), 20):
+            tree = cd.shortest(numbers, t)
+            assert (None if tree is None else cd._size(tree) - 1) == best.get(t), (numbers, t)
+            assert tree is None or cd.evaluate(cd.to_text(tree, numbers), numbers) == t
