@@ -89,7 +89,7 @@ def test_recipes_table_is_the_bench_results():
     assert "](docs/recipes.md)" in README, "the README links the recipes table"
     doc = open(recipes.DOC).read()
     shown = doc.split(recipes.BEGIN, 1)[1].split(recipes.END, 1)[0].strip()
-    assert shown == recipes.table(results), "docs/recipes.md's recipes table is stale: python bench/recipes.py --update-docs"
+    assert shown == recipes.table(results), "docs/recipes.md's table is stale: python bench/recipes.py --update-docs"
 
 
 def first_run_line() -> str:
