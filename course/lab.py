@@ -22,9 +22,12 @@ RUNS = os.environ.get("GRPO_COURSE_RUNS") or tempfile.mkdtemp(prefix="grpo-cours
 FAST = ("--eval-every", "0", "--eval-problems", "100", "--eval-samples", "0")  # short runs: greedy eval, start and end
 
 
-def setup(threads: int = 1) -> None:
-    """One torch thread (the project's default, train.py --threads) and no library progress bars."""
+def setup(threads: int = 1, dpi: int = 72) -> None:
+    """One torch thread (the project's default, train.py --threads), no library progress bars, and figures at `dpi`
+    (the committed notebooks carry them: python course/notebooks.py)."""
     import warnings
+
+    import matplotlib
 
     warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto in a kernel without ipywidgets
     import torch
@@ -32,6 +35,7 @@ def setup(threads: int = 1) -> None:
     from trainer import setup as trainer_setup
 
     torch.set_num_threads(threads)
+    matplotlib.rcParams["figure.dpi"] = dpi
     trainer_setup.quiet_libraries()
 
 
@@ -39,7 +43,8 @@ def train(name: str, *flags: str, show: int = 1) -> list[dict]:
     """Run train.py with `flags` into a fresh run directory; print the command, its last lines and the time taken."""
     out = os.path.join(RUNS, name)
     cmd = [sys.executable, "train.py", "--output-dir", out, "--overwrite", *flags]
-    print("$ python " + " ".join(cmd[1:]))
+    here = lambda s: s.replace(ROOT + os.sep, "")  # noqa: E731 (paths as typed in the project directory, where it runs)
+    print("$ python " + here(" ".join(cmd[1:])))
     t0 = time.time()
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     lines = [l.strip() for l in (r.stdout + r.stderr).replace("\r", "\n").splitlines() if l.strip()]
@@ -47,7 +52,7 @@ def train(name: str, *flags: str, show: int = 1) -> list[dict]:
         raise RuntimeError(f"train.py exited with {r.returncode}:\n" + "\n".join(lines[-20:]))
     bars = [l for l in lines if re.search(r"\d+/\d+ \[", l)]  # the progress bar's redraws: its last state only
     text = [l for l in lines if l not in bars]
-    print("\n".join("  " + l for l in bars[-1:] + text[-show:]), f"\n  ({time.time() - t0:.0f} s)")
+    print("\n".join("  " + here(l) for l in bars[-1:] + text[-show:]), f"\n  ({time.time() - t0:.0f} s)")
     return metrics(name)
 
 

@@ -3,8 +3,9 @@
 No weights can be downloaded where this project is tested, so each example run (examples/*.sh) is rehearsed on a
 model that has the real model's *interface* with random weights:
 
-  * a byte-level BPE tokenizer trained here with `tokenizers` (a few thousand merges on the project's own text:
-    README, docs, the built-in task), carrying the real special tokens, chat template and EOS conventions;
+  * a byte-level BPE tokenizer trained here with `tokenizers` (a few thousand merges on the project's own text: a
+    frozen copy of its README and docs, models/bpe-corpus.txt.gz, and the built-in task), carrying the real special
+    tokens, chat template and EOS conventions;
   * the real architecture class and vocabulary size (Qwen2: 151,936 rows; Llama-3: 128,256) at 2 small layers, so
     the model's vocabulary is larger than its tokenizer, as Qwen2.5's is (151,936 rows, 151,665 tokens);
   * a generation_config.json with the real models' EOS lists and sampling defaults (Qwen2.5-Instruct ships
@@ -33,7 +34,6 @@ the tokenizer (a padded embedding row) is 2.8% of sampled tokens, so every run m
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import sys
@@ -96,10 +96,15 @@ BIAS = {"known": 10.0, "end_of_turn": 15.5, "padded": 14.8}  # logit offsets (mo
 
 
 def corpus() -> list[str]:
-    """Text the project has: its docs and the built-in task's worked solutions."""
+    """Text the project has: its docs as frozen in models/bpe-corpus.txt.gz (tools/tiny.py's; the docs of today would
+    make every edit of them a new tokenizer, and so new samples in course/07's committed outputs) and the built-in
+    task's worked solutions."""
+    import gzip
+
     import data
 
-    texts = [open(p, encoding="utf-8").read() for p in [os.path.join(ROOT, "README.md"), *glob.glob(os.path.join(ROOT, "docs", "*.md"))]]
+    with open(os.path.join(ROOT, "models", "bpe-corpus.txt.gz"), "rb") as f:
+        texts = [gzip.decompress(f.read()).decode()]
     texts += [f"{ex.prompt}\n{ex.meta.get('solution', '')} \\boxed{{{ex.answer}}}" for ex in data.builtin_task(3000, "train")]
     return texts
 

@@ -16,7 +16,7 @@
 # Template: the model's own chat template, the question and "Please reason step by step, and put your final answer
 #   within \boxed{}." as the user turn (--template chat); reward: the final answer, math-verify equivalence (--reward math);
 #   stop: the model's own rules (its end of turn and EOS list: no --stop needed).
-# Time and result: README "Using a real model" (held-out accuracy before -> after, wall time, truncated share;
+# Time and result: docs/real_models.md, "Three example runs" (held-out accuracy before -> after, wall time, truncated share;
 #   full fine-tuning: 0.625 -> 0.975 in 288 s on 2 cores; thinking 0.755 -> 1.000 in 289 s).
 #
 # Any train.py flag appended wins; MODEL, OUT and PYTHON override the model, the run directory and the interpreter.

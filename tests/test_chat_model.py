@@ -10,7 +10,7 @@ conventions, and the invariants a learning run on the real-model path rests on.
     (equal to the engine's sampling log-prob), and the text the reward scores is the response's tokens decoded;
   * the thinking variant: the answer is read after </think>, a box inside the thought does not count;
   * learning (slow): GRPO with LoRA through the chat template, BPE, the <|im_end|> stop and the boxed answer must raise
-    held-out accuracy by MARGIN (measured: 0.625 -> 0.975 in 323 s on 2 cores, README "Using a real model").
+    held-out accuracy by MARGIN (measured: 0.625 -> 0.975 in 323 s on 2 cores, docs/real_models.md).
 
 Run:  python -m pytest -q tests/test_chat_model.py              (42 s of CPU, 207 s wall on 2 cores shared at load ~12)
       python -m pytest -q tests/test_chat_model.py -m slow      (the learning run and the two SFT rebuilds)

@@ -1,7 +1,9 @@
 """The course (course/*.ipynb): every notebook runs top to bottom in a real Jupyter kernel (nbclient), makes at least
 one plot, and ends with an exercise whose check really checks: the checks accept the answers in course/solutions.py
-and reject a plausible wrong answer. The notebooks are committed without outputs (what is in the repository is the
-code CI ran; run a notebook to see its numbers), and this file keeps it so.
+and reject a plausible wrong answer. The notebooks are committed with their outputs, so that a student reads them
+without running anything; each run here is compared with what is committed (course/notebooks.py: text exactly once
+run-to-run noise is normalised, figures by their presence), and a stale output fails: `python course/notebooks.py`
+writes them again.
 
 Run:  python -m pytest -q tests/test_course.py      (~4 min on 2 cores: the notebooks' short training runs)
 """
@@ -18,6 +20,7 @@ COURSE = os.path.join(ROOT, "course")
 NOTEBOOKS = sorted(glob.glob(os.path.join(COURSE, "*.ipynb")))
 sys.path.insert(0, COURSE)
 import check  # noqa: E402
+import notebooks  # noqa: E402
 import solutions  # noqa: E402
 
 
@@ -26,17 +29,23 @@ def test_there_is_a_course():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
-def test_notebook_is_committed_clean_with_an_exercise(path):
+def test_notebook_is_committed_with_its_outputs_and_an_exercise(path):
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]
-    dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
-    assert not dirty, f"{os.path.basename(path)}: cells {dirty} hold outputs (commit notebooks stripped)"
+    counts = [c.execution_count for c in code]
+    assert counts == list(range(1, len(code) + 1)), f"execution counts {counts}: run `python course/notebooks.py`"
+    assert nb.metadata.get("outputs_from"), "no outputs_from in the metadata: written by `python course/notebooks.py`?"
     assert any("plt." in c.source for c in code), "no plot"
+    assert any("image/png" in o.get("data", {}) for c in code for o in c.outputs), "no figure committed"
     stubs = [i for i, c in enumerate(code) if "raise NotImplementedError" in c.source and c.source.startswith("def my_")]
     assert stubs, "no exercise"
     name = code[stubs[-1]].source.split("(")[0][len("def "):]
-    assert "check." in code[stubs[-1] + 1].source and name in code[stubs[-1] + 1].source, "the exercise is not checked"
+    checking = code[stubs[-1] + 1]
+    assert "check." in checking.source and name in checking.source, "the exercise is not checked"
+    shown = "".join(o.get("text", "") for o in checking.outputs)
+    assert "not written yet" in shown, "the committed check cell shows the unwritten exercise's line"
+    assert not any(o.output_type == "error" for c in code for o in c.outputs), "a committed cell shows an error"
 
 
 def _wrong_answers():
@@ -71,21 +80,20 @@ def test_exercise_check_accepts_the_answer_and_rejects_a_mistake(name, capsys):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
-def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
-
-    monkeypatch.setenv("GRPO_COURSE_RUNS", str(tmp_path))  # the kernel inherits it: the notebook's runs go here
-    nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": COURSE}})
+def test_notebook_runs_top_to_bottom_as_committed(path, tmp_path):
+    """Run in a fresh kernel, the notebook draws its figures, leaves the exercise to the student, prints nothing that
+    depends on where the checkout is, and prints what the committed notebook shows (course/notebooks.py: `stale`)."""
+    name = os.path.basename(path)
     try:
-        client.execute()
-    except CellExecutionError as e:
-        i = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code" and
-                  any(o.get("output_type") == "error" for o in c.get("outputs", []))), None)
-        where = f"cell {i + 1} of {len(nb.cells)} ({nb.cells[i].source.splitlines()[0][:60]!r})" if i is not None else "a cell"
-        pytest.fail(f"course/{os.path.basename(path)}: {where} failed: {e.ename}: {e.evalue}", pytrace=False)
-    images = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+        fresh = notebooks.execute(path, runs=str(tmp_path / "grpo-course-runs"))
+    except notebooks.CellFailed as e:
+        pytest.fail(str(e), pytrace=False)
+    code = [c for c in fresh.cells if c.cell_type == "code"]
+    images = sum("image/png" in o.get("data", {}) for c in code for o in c.outputs)
     assert images >= 1, "no figure was drawn"
-    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    text = "".join(t for c in code for t in notebooks.shown(c)[0])
     assert "not written yet" in text  # the exercise is left to the student, and its check ran
+    assert ROOT not in text, f"{name} prints the checkout's path ({ROOT}): its committed outputs would differ elsewhere"
+    diff = notebooks.stale(nbformat.read(path, as_version=4), fresh)
+    assert not diff, (f"course/{name}'s committed outputs are stale (`python course/notebooks.py {name[:2]}` writes "
+                      "them again):\n  " + "\n  ".join(diff))

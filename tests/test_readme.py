@@ -1,6 +1,6 @@
 """The README's commands do what it says: its "Next commands" run in order, as written, after the first run, in a
-fresh directory; its recipes table is the one bench/recipes.py renders from its results file; and (slow) the first
-run prints the last line the README shows.
+fresh directory; the recipes table (docs/recipes.md, linked from the README) is the one bench/recipes.py renders from
+its results file; and (slow) the first run prints the last line the README shows.
 
 Run:  python -m pytest -q tests/test_readme.py       (~40 s; -m slow adds the full default run, ~2-4 min)
 """
@@ -76,7 +76,8 @@ def test_next_commands_run_in_order_after_the_first_run(tmp_path, monkeypatch, c
 
 
 def test_recipes_table_is_the_bench_results():
-    """The README's recipes table is bench/recipes.py's rendering of bench/results/recipes.json, every row of it."""
+    """docs/recipes.md's recipes table (the README links it) is bench/recipes.py's rendering of
+    bench/results/recipes.json, every row of it."""
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     import recipes
 
@@ -85,8 +86,10 @@ def test_recipes_table_is_the_bench_results():
     assert {r["recipe"] for r in rows if not r.get("env")} == set(config.RECIPES)
     assert all(r["recipe"].split(" [")[0] in config.RECIPES for r in rows if r.get("env"))
     assert all(re.fullmatch(r"[0-9a-f]{10}(\+changes)?", r["commit"]) for r in results["rows"].values())
-    shown = README.split(recipes.BEGIN, 1)[1].split(recipes.END, 1)[0].strip()
-    assert shown == recipes.table(results), "README's recipes table is stale: python bench/recipes.py --update-readme"
+    assert "](docs/recipes.md)" in README, "the README links the recipes table"
+    doc = open(recipes.DOC).read()
+    shown = doc.split(recipes.BEGIN, 1)[1].split(recipes.END, 1)[0].strip()
+    assert shown == recipes.table(results), "docs/recipes.md's table is stale: python bench/recipes.py --update-docs"
 
 
 def first_run_line() -> str:
