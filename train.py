@@ -61,12 +61,11 @@ import gspo
 import runs
 from config import Config, parse_config
 from rollout import tis_weights
-from runs import is_sharded
 from trainer import lora
 from trainer.batches import make_batch, old_logprobs, pad_rows, split_micro
 from trainer.checkpoints import checkpoint
 from trainer.collect import Collector, observe
-from trainer.distributed import GatheredWeights, dummy_forward, lockstep
+from trainer.distributed import GatheredWeights, dummy_forward, is_sharded, lockstep
 from trainer.logprobs import response_logprobs
 from trainer.metrics import UpdateLog, step_stats, write_summary
 from trainer.producer import take_lagged

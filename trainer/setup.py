@@ -12,10 +12,9 @@ import data
 import runs
 from config import Config
 from rollout import SamplingParams, load_model
-from runs import is_sharded
 from trainer import lora
 from trainer.checkpoints import restore, start_run_dir
-from trainer.distributed import make_accelerator, precision, shard_reference
+from trainer.distributed import is_sharded, make_accelerator, precision, shard_reference
 from trainer.producer import make_producer
 from trainer.records import StepPlan
 from trainer.samplers import make_sampler
