@@ -48,7 +48,7 @@ PLAIN_TEMPLATE = "Question: {question}\n" + INSTRUCTION + "\nAnswer: "
 # paper's "understand R1-Zero" study, Table 2).
 QWEN_MATH_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 # DeepSeek-R1-Zero's template (DeepSeek-R1 paper, Table 1), "prompt" replaced by the question; a completion template
-# (no chat turns): the answer is read inside <answer> </answer> (reward.final_text).
+# (no chat turns): the answer is read inside <answer> </answer> (verifier/extract.py: final_text).
 R1_ZERO_TEMPLATE = ("A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
                     "The assistant first thinks about the reasoning process in the mind and then provides the user with "
                     "the answer. The reasoning process and answer are enclosed within <think> </think> and <answer> "

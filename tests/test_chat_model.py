@@ -28,7 +28,8 @@ import data
 import rollout
 from tools import tiny
 from trainer import batches, logprobs
-from reward import MathReward, final_text
+from reward import MathReward
+from verifier.extract import final_text
 from rollout import FastEngine, SamplingParams
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
