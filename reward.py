@@ -43,15 +43,15 @@ Modes (MathReward(mode=...); `--reward` in train.py)
                models DAPO trains, which write no thought tags.) DAPO then compares Minerva-normalised strings for
                equality; here the line is compared with the equivalence check below, which agrees with string
                equality on DAPO-Math-17k's integer answers and also accepts equal values written differently
-               ("1/2" for "0.5"). Use with data.py's DAPO prompt (build_prompt(kind="math-dapo")).
+               ("1/2" for "0.5"). Use with DAPO's prompt (tasks/templates.py, --template dapo).
 
 Thoughts (every mode): one rule. The answer is read after the thought, and a thought that never closes holds no
 answer: a format error, scored `wrong_reward` like any wrong answer. A thought is opened either by the response
 (`<think>` in its text: Qwen3 with thinking on, DeepSeek-R1-Zero's template) or by the prompt: DeepSeek-R1-Distill's
 chat template ends the generation prompt with `<｜Assistant｜><think>\n` (Qwen3-Thinking-2507's with `<think>\n`), so
 the response holds `</think>` and never `<think>`. `MathReward(thought_open=True)` (train.py and evaluate.py set it
-when the prompt leaves a thought open, data.opens_thought) reads each response as `<think>` + response, so both cases
-meet the same rule: a response cut off by the length limit in mid-thought scores wrong even when it tried a
+when the prompt leaves a thought open, tasks.templates.opens_thought) reads each response as `<think>` + response, so
+both cases meet the same rule: a response cut off by the length limit in mid-thought scores wrong even when it tried a
 `\boxed{}` on the way; a closed thought is read after its last `</think>`; a response with no thought tag at all,
 from a prompt that opened none, is read whole. Sources: rLLM / DeepScaleR's math reward (`RewardMathFn.__call__`,
 rllm/rewards/math_reward.py) returns its `format_error_reward` (0) when the response has no `</think>` (the models
@@ -155,8 +155,9 @@ class MathReward:
 
     mode: 'math' (default, a careful grader), 'math-strict' (boxed only), 'math-dapo' (DAPO's "Answer:" line).
     workers: checking processes (0 = in the calling thread); a warm spare waits beside them to replace a killed one.
-    thought_open: the prompts end inside a thought (R1-Distill's generation prompt `<think>\n`, data.opens_thought):
-    each response is read as `<think>` + response, so one without `</think>` is a format error (module docstring).
+    thought_open: the prompts end inside a thought (R1-Distill's generation prompt `<think>\n`,
+    tasks.templates.opens_thought): each response is read as `<think>` + response, so one without `</think>` is a
+    format error (module docstring).
     check_fn: the function a worker runs per completion (module-level, for pickling); `check` unless a test swaps it.
     """
 

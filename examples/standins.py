@@ -97,10 +97,10 @@ BIAS = {"known": 10.0, "end_of_turn": 15.5, "padded": 14.8}  # logit offsets (mo
 
 def corpus() -> list[str]:
     """Text the project has: its docs and the built-in task's worked solutions."""
-    import data
+    from tasks.addition import builtin_task
 
     texts = [open(p, encoding="utf-8").read() for p in [os.path.join(ROOT, "README.md"), *glob.glob(os.path.join(ROOT, "docs", "*.md"))]]
-    texts += [f"{ex.prompt}\n{ex.meta.get('solution', '')} \\boxed{{{ex.answer}}}" for ex in data.builtin_task(3000, "train")]
+    texts += [f"{ex.prompt}\n{ex.meta.get('solution', '')} \\boxed{{{ex.answer}}}" for ex in builtin_task(3000, "train")]
     return texts
 
 

@@ -222,7 +222,7 @@ def test_ctrl_c_while_workers_start_up():
 
 @pytest.mark.parametrize("target", ["group", "main"])
 def test_ctrl_c_in_evaluate(target, trained_model_path):
-    """evaluate.py (and every tool run through data.cli) ends a Ctrl-C with one line and exit status 130: no
+    """evaluate.py (and every tool run through tools.cli.cli) ends a Ctrl-C with one line and exit status 130: no
     KeyboardInterrupt traceback, no reward worker left behind."""
     p = subprocess.Popen([sys.executable, "evaluate.py", "--model", trained_model_path, "--eval-problems", "400",
                           "--samples", "8"], cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), text=True,

@@ -433,10 +433,11 @@ def test_integer_fast_path_agrees_with_math_verify():
 
 
 def test_dapo_prompt_asks_for_what_math_dapo_reads():
-    """data.py's DAPO template asks for the last line "Answer: ..."; a completion that obeys scores under math-dapo."""
-    import data
+    """The DAPO template (tasks/templates.py) asks for the last line "Answer: ..."; a completion that obeys scores
+    under math-dapo."""
+    from tasks.templates import build_prompt
 
-    p = data.build_prompt(None, "What is \\frac{1}{2} + {x}?", kind="math-dapo")
+    p = build_prompt(None, "What is \\frac{1}{2} + {x}?", kind="math-dapo")
     assert p.startswith("Solve the following math problem step by step.") and "What is \\frac{1}{2} + {x}?" in p
     assert 'Remember to put your answer on its own line after "Answer:".' in p
     r = reward.MathReward(1.0, -1.0, workers=0, mode="math-dapo")

@@ -69,7 +69,7 @@ def shard_reference(model):
 
 class GatheredWeights:
     """FSDP2: the model's parameters as full tensors (DTensor.full_tensor, a collective: every process iterates), with
-    the HF checkpoint names, for the engine's weight sync (rollout.VLLMEngine.sync_weights)."""
+    the HF checkpoint names, for the engine's weight sync (engines.vllm_engine.VLLMEngine.sync_weights)."""
 
     def __init__(self, model):
         self.model = model

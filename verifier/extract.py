@@ -24,7 +24,7 @@ def after_thought(completion: str) -> str | None:
 
 def final_text(completion: str, mode: str = "math") -> str:
     """The part of the completion a grader reads: after the last </think>; nothing if a <think> never closes; inside
-    the last <answer>...</answer> when there is one (DeepSeek-R1-Zero's format, data.py's --template r1-zero)."""
+    the last <answer>...</answer> when there is one (DeepSeek-R1-Zero's format, --template r1-zero)."""
     completion = after_thought(completion)
     if completion is None:
         return ""
