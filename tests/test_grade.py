@@ -12,6 +12,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import data
+import tools.cli
 from coding.problems import load_code_dataset
 from reward import MathReward
 from rollout import Completion, Engine
@@ -19,7 +20,6 @@ from tasks.load import load_dataset
 from tasks.piecewise import builtin_code_task, partial_program
 from tasks.templates import build_prompt
 from tools import grade
-from tools.cli import cli
 
 FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "grade")
 N = 64  # samples per problem
@@ -413,7 +413,7 @@ def test_code_bad_input_one_error_line(tmp_path, capsys):
     good = read_text(os.path.join(CODE_FIX, "problems.jsonl")).splitlines()
 
     def error_of(*argv):
-        assert cli(lambda: grade.main(list(argv), engine=ScriptedEngine({}))) == 2
+        assert tools.cli.cli(lambda: grade.main(list(argv), engine=ScriptedEngine({}))) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err
         return err

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import config
+import tools.cli
 import train
-from tools.cli import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["--batch-size", "16", "--group-size", "4", "--mini-batch-size", "16", "--eval-problems", "8",
@@ -28,7 +28,7 @@ def run(model, out, *args):
 
 def cli(argv, capsys):
     capsys.readouterr()  # what earlier runs printed
-    code = cli(train.main, argv)
+    code = tools.cli.cli(train.main, argv)
     return code, capsys.readouterr().err
 
 
