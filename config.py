@@ -17,9 +17,11 @@ import math
 import os
 from dataclasses import dataclass, field
 
-import data
 import grpo
 import runs
+from engines.stops import read_stops
+from tasks.templates import TEMPLATES, parse_template_kwargs
+from tools.cli import ArgParser
 
 
 # Each paper's choices (the papers' sections named per line), lengths and batch sizes scaled to the built-in task
@@ -133,7 +135,7 @@ TEMPERATURE = above(0, "(a temperature of 0 is greedy decoding: every sample of 
 
 def number(typ, check=None):
     """An argparse `type`: the text parsed as `typ`, finite, and passing `check`; a bad value is argparse's one error
-    line (data.ArgParser), before anything runs. For the scripts whose flags are not Config fields."""
+    line (tools.cli.ArgParser), before anything runs. For the scripts whose flags are not Config fields."""
     import math
 
     def parse(text: str):
@@ -168,28 +170,31 @@ def tracker_installed(name: str):
 class Config:
     # --- model and data ---
     model: str = flag(DATA, "", "model path or hub name; empty = the shipped tiny Qwen2 (models/tiny-qwen2)")
-    train_data: str = flag(DATA, "builtin", "'builtin' (the built-in task of the reward's kind: math, or with a code reward code), "
-                                            "'builtin-math', 'builtin-code', or a .jsonl/.json/.parquet file or hub dataset name")
-    eval_data: str = flag(DATA, "builtin", "'builtin' (held-out split of the built-in task of the reward's kind), 'builtin-math', "
-                                           "'builtin-code', or a file / hub dataset name")
+    train_data: str = flag(DATA, "builtin", "'builtin' (the built-in task of the reward's kind: math, or with a code "
+                                            "reward code), 'builtin-math', 'builtin-code', or a .jsonl/.json/.parquet "
+                                            "file or hub dataset name")
+    eval_data: str = flag(DATA, "builtin", "'builtin' (held-out split of the built-in task of the reward's kind), "
+                                           "'builtin-math', 'builtin-code', or a file / hub dataset name")
     eval_split: str = flag(DATA, "test", "split to use when --eval-data is a hub dataset")
-    train_problems: int = flag(DATA, 0, "use only the first N training problems (0 = all; the built-in tasks draw 20,000): a small pool "
-                                        "is seen for several epochs, as the papers' data is",
+    train_problems: int = flag(DATA, 0, "use only the first N training problems (0 = all; the built-in tasks draw "
+                                        "20,000): a small pool is seen for several epochs, as the papers' data is",
                                check=at_least(0, "(0 = all)"))
-    template: str = flag(DATA, "auto", "prompt template (data.TEMPLATES): auto (the tokenizer's chat template if it has one, else plain; "
-                                       "with --reward math-dapo, dapo), chat, plain, qwen-math (Qwen2.5-Math's system prompt), "
-                                       "r1-zero (DeepSeek-R1-Zero's), dapo (DAPO's 'Answer:' line)",
-                         choices=tuple(data.TEMPLATES))
+    template: str = flag(DATA, "auto", "prompt template (tasks.templates.TEMPLATES): auto (the tokenizer's chat "
+                                       "template if it has one, else plain; with --reward math-dapo, dapo), chat, "
+                                       "plain, qwen-math (Qwen2.5-Math's system prompt), r1-zero "
+                                       "(DeepSeek-R1-Zero's), dapo (DAPO's 'Answer:' line)",
+                         choices=tuple(TEMPLATES))
     system_prompt: str = flag(DATA, "", "system prompt for the chat templates (a first paragraph for the plain ones)")
-    chat_template_kwargs: str = flag(DATA, "", "JSON object of chat template switches passed to apply_chat_template, e.g. "
-                                               "'{\"enable_thinking\": false}' for Qwen3 (TRL's chat_template_kwargs); '' = none. "
-                                               "A prompt that leaves a thought open (R1-Distill's <think>) makes a response "
-                                               "without </think> a format error (reward.py, Thoughts)",
-                                     check=lambda v: data.parse_template_kwargs(v) and None)  # a JSON object, or one error line
-    stop: str = flag(DATA, "", "stop strings, '||'-separated, the escapes \\n \\t \\r \\\\ read (e.g. '</answer>||\\nUser:'; '\\boxed' stays "
-                               "as typed): a response ends "
-                               "right after the token that completes one, the string kept. Stop tokens need no flag: the "
-                               "tokenizer's EOS, the model's generation_config EOS list and the chat template's end of turn")
+    chat_template_kwargs: str = flag(DATA, "", "JSON object of chat template switches passed to apply_chat_template, "
+                                               "e.g. '{\"enable_thinking\": false}' for Qwen3 (TRL's "
+                                               "chat_template_kwargs); '' = none. A prompt that leaves a thought open "
+                                               "(R1-Distill's <think>) makes a response without </think> a format "
+                                               "error (reward.py, Thoughts)",
+                                     check=lambda v: parse_template_kwargs(v) and None)  # not JSON: one error line
+    stop: str = flag(DATA, "", "stop strings, '||'-separated, the escapes \\n \\t \\r \\\\ read (e.g. "
+                               "'</answer>||\\nUser:'; '\\boxed' stays as typed): a response ends right after the "
+                               "token that completes one, the string kept. Stop tokens need no flag: the tokenizer's "
+                               "EOS, the model's generation_config EOS list and the chat template's end of turn")
     # --- run directory, checkpoints, resume ---
     output_dir: str = flag(RUN, "runs/default", "run directory (metrics, curves, samples, checkpoints, summary)",
                            check=not_a_file)
@@ -197,33 +202,41 @@ class Config:
                           check=at_least(1))
     seed: int = flag(RUN, 0, "seed for data order, sampling and initialisation: same seed, same run",
                      check=at_least(0))
-    save_every: int = flag(RUN, 20, "checkpoint every N steps and at the end (0 = only at the end); Ctrl-C loses the steps since the last",
+    save_every: int = flag(RUN, 20, "checkpoint every N steps and at the end (0 = only at the end); Ctrl-C loses the "
+                                    "steps since the last",
                            check=at_least(0))
     keep_checkpoints: int = flag(RUN, 2, "keep the newest N checkpoints (0 = all)",
                                  check=at_least(0))
-    overwrite: bool = flag(RUN, False, "replace the run already in --output-dir (without it, a new run there stops with an error)")
-    resume: str = flag(RUN, "", "checkpoint directory to resume from, or 'auto' for the newest in --output-dir (none: start fresh). "
-                                "The checkpoint's settings are the run's: flags that would change the run are refused (runs.py)")
-    resume_override: bool = flag(RUN, False, "with --resume: apply flags that change the run anyway, one warning line each (the "
-                                             "model, data, recipe, seed and evaluation still cannot change)")
+    overwrite: bool = flag(RUN, False, "replace the run already in --output-dir (without it, a new run there stops "
+                                       "with an error)")
+    resume: str = flag(RUN, "", "checkpoint directory to resume from, or 'auto' for the newest in --output-dir (none: "
+                                "start fresh). The checkpoint's settings are the run's: flags that would change the "
+                                "run are refused (runs.py)")
+    resume_override: bool = flag(RUN, False, "with --resume: apply flags that change the run anyway, one warning line "
+                                             "each (the model, data, recipe, seed and evaluation still cannot change)")
     # --- rollout ---
-    rollout: str = flag(ROLLOUT, "fast", "generation engine: 'fast' (rollout.FastEngine: transformers' forward in a plain decode loop, the "
-                                         "samples of 'hf' token for token, ~4x faster on the tiny model), 'hf' (transformers generate, the reference) or "
-                                         "'vllm' (colocated in each training process)",
+    rollout: str = flag(ROLLOUT, "fast", "generation engine: 'fast' (engines.hf.FastEngine: transformers' forward in "
+                                         "a plain decode loop, the samples of 'hf' token for token, ~4x faster on the "
+                                         "tiny model), 'hf' (transformers generate, the reference) or 'vllm' "
+                                         "(colocated in each training process)",
                         choices=("fast", "hf", "vllm"),
                         check=vllm_installed)
-    rollout_lag: int = flag(ROLLOUT, 0, "K: generate batch k+1 with theta_k while the update runs on batch k (async_rollout.py: a "
-                                        "producer thread with its own copy of the policy; batch j is always generated by theta_{j-K}; "
-                                        "the loss clips on pi_theta/pi_prox, weighted by pi_prox/pi_behav capped at --tis-cap, --tis-mode); 0 = the "
+    rollout_lag: int = flag(ROLLOUT, 0, "K: generate batch k+1 with theta_k while the update runs on batch k "
+                                        "(async_rollout.py: a producer thread with its own copy of the policy; batch "
+                                        "j is always generated by theta_{j-K}; the loss clips on pi_theta/pi_prox, "
+                                        "weighted by pi_prox/pi_behav capped at --tis-cap, --tis-mode); 0 = the "
                                         "synchronous loop; 1 on one process with the fast or hf engine",
-                            check=lambda v: v not in (0, 1) and f"must be 0 or 1, got {v} (one producer: a lag of 2 would overlap nothing more)")
-    rollout_worker: str = flag(ROLLOUT, "thread", "--rollout-lag's producer: 'thread' (overlaps the update) or 'inline' (the same "
-                                                  "code run at the sync point, sequentially: the reference the thread must equal)",
+                            check=lambda v: v not in (0, 1) and f"must be 0 or 1, got {v} (one producer: a lag of 2 "
+                                                                "would overlap nothing more)")
+    rollout_worker: str = flag(ROLLOUT, "thread", "--rollout-lag's producer: 'thread' (overlaps the update) or "
+                                                  "'inline' (the same code run at the sync point, sequentially: the "
+                                                  "reference the thread must equal)",
                                choices=("thread", "inline"))
     batch_size: int = flag(ROLLOUT, 256, "responses per step (prompts x group size); must be divisible by --group-size",
                            check=at_least(1))
     group_size: int = flag(ROLLOUT, 8, "G: completions per prompt (>= 2)",
-                           check=lambda v: v < 2 and f"must be >= 2 (a group-relative baseline needs at least two samples), got {v}")
+                           check=lambda v: v < 2 and f"must be >= 2 (a group-relative baseline needs at least two "
+                                                     f"samples), got {v}")
     temperature: float = flag(ROLLOUT, 1.0, "sampling temperature (all five papers use 1.0 for training)",
                               check=TEMPERATURE)
     top_p: float = flag(ROLLOUT, 1.0, "nucleus sampling top-p for training rollouts",
@@ -232,50 +245,61 @@ class Config:
                                check=at_least(1))
     # TRL (huggingface/trl f2cd577, 2026-07-24): 0.3 in its colocate mode, the GPU shared with training (0.9 was for a
     # GPU of its own, before the colocate mode)
-    vllm_gpu_memory_utilization: float = flag(ROLLOUT, 0.3, "vLLM on GPU: share of GPU memory for its weights and KV cache "
-                                                            "(the rest is the trainer's; TRL's colocate mode "
+    vllm_gpu_memory_utilization: float = flag(ROLLOUT, 0.3, "vLLM on GPU: share of GPU memory for its weights and KV "
+                                                            "cache (the rest is the trainer's; TRL's colocate mode "
                                                             "defaults to 0.3)",
                                               check=PROBABILITY)
-    vllm_sleep: bool = flag(ROLLOUT, False, "vLLM on GPU: sleep the engine (free its KV cache) during the optimizer updates")
+    vllm_sleep: bool = flag(ROLLOUT, False, "vLLM on GPU: sleep the engine (free its KV cache) during the optimizer "
+                                            "updates")
     # The peers' names for --tis-cap / --tis-mode (rollout.tis_weights names the versions read: TRL f2cd577, 2026-07-24;
     # verl-project/verl 1dda039 and areal-project/AReaL cbff54d, 2026-08-22); 2.0 is verl's rollout_is_threshold default
-    tis_cap: float = flag(ROLLOUT, 0.0, "truncated importance sampling (rollout.tis_weights): each token's surrogate term is weighted by "
-                                        "min(pi_old / pi_engine, cap), correcting for the engine sampling from a slightly different "
-                                        "distribution than the trainer's (other kernels, bf16); 0 = off; needs an engine that returns "
-                                        "log-probs (--rollout vllm). TRL's vllm_importance_sampling_clip_max; "
-                                        "2.0 is a common cap",
+    tis_cap: float = flag(ROLLOUT, 0.0, "truncated importance sampling (rollout.tis_weights): each token's surrogate "
+                                        "term is weighted by min(pi_old / pi_engine, cap), correcting for the engine "
+                                        "sampling from a slightly different distribution than the trainer's (other "
+                                        "kernels, bf16); 0 = off; needs an engine that returns log-probs (--rollout "
+                                        "vllm). TRL's vllm_importance_sampling_clip_max; 2.0 is a common cap",
                           check=lambda v: (v < 0 or 0 < v < 1) and f"must be 0 (off) or >= 1, got {v}")
     # --- reward ---
-    tis_mode: str = flag(ROLLOUT, "truncate", "what a --tis-cap weight above the cap becomes (rollout.tis_weights): 'truncate' = the "
-                                              "cap (verl's token-level rollout IS, TRL's token_truncate) or 'mask' = 0, the token dropped "
-                                              "but still counted in the loss's denominators (AReaL's behaviour-weight cap, TRL's token_mask)",
+    tis_mode: str = flag(ROLLOUT, "truncate", "what a --tis-cap weight above the cap becomes (rollout.tis_weights): "
+                                              "'truncate' = the cap (verl's token-level rollout IS, TRL's "
+                                              "token_truncate) or 'mask' = 0, the token dropped but still counted in "
+                                              "the loss's denominators (AReaL's behaviour-weight cap, TRL's "
+                                              "token_mask)",
                          choices=("truncate", "mask"))
-    reward: str = flag(REWARD, "math", "reward: 'math' (the final answer wherever a careful grader looks, math-verify equivalence), "
-                                        "'math-strict' (last \\boxed{} only: Skywork-OR1's format rule), 'math-dapo' (DAPO's 'Answer:' line "
-                                        "and prompt), or code modes 'code' (all tests pass), 'code-strict', 'code-soft' (MiMo); see reward.py",
+    reward: str = flag(REWARD, "math", "reward: 'math' (the final answer wherever a careful grader looks, math-verify "
+                                       "equivalence), 'math-strict' (last \\boxed{} only: Skywork-OR1's format rule), "
+                                       "'math-dapo' (DAPO's 'Answer:' line and prompt), or code modes 'code' (all "
+                                       "tests pass), 'code-strict', 'code-soft' (MiMo); see reward.py",
                        choices=REWARDS)
     correct_reward: float = flag(REWARD, 1.0, "reward of a correct answer")
-    wrong_reward: float = flag(REWARD, 0.0, "reward of a wrong answer (-1 for DAPO / Compass-Thinker, 0 for Ring-lite / Skywork / MiMo)")
-    reward_timeout: float = flag(REWARD, 5.0, "seconds of wall time for one answer's whole check; the worker that overruns is killed and the answer scores --wrong-reward",
+    wrong_reward: float = flag(REWARD, 0.0, "reward of a wrong answer (-1 for DAPO / Compass-Thinker, 0 for Ring-lite "
+                                            "/ Skywork / MiMo)")
+    reward_timeout: float = flag(REWARD, 5.0, "seconds of wall time for one answer's whole check; the worker that "
+                                              "overruns is killed and the answer scores --wrong-reward",
                                  check=lambda v: v <= 0 and f"must be > 0 seconds, got {v}")
     reward_workers: int = flag(REWARD, 2, "processes verifying answers in parallel (0 = in the training process)",
                                check=at_least(0, "(0 = in the training process)"))
     # --- loss ---
-    loss_agg: str = flag(LOSS, "seq-mean-token-mean", "loss aggregation: seq-mean-token-mean (GRPO), token-mean (DAPO), seq-mean-token-sum",
+    loss_agg: str = flag(LOSS, "seq-mean-token-mean", "loss aggregation: seq-mean-token-mean (GRPO), token-mean "
+                                                      "(DAPO), seq-mean-token-sum",
                          choices=grpo.LOSS_AGG)
     clip_low: float = flag(LOSS, 0.2, "eps_low: ratio clipped below at 1 - eps_low",
                            check=within(0, 1, note="(the ratio is clipped below at 1 - eps_low >= 0)"))
     clip_high: float = flag(LOSS, 0.2, "eps_high: ratio clipped above at 1 + eps_high (DAPO clip-higher: 0.28)",
                             check=at_least(0))
     # verl 1dda039 (2026-08-22): clip_ratio_c 3.0, always on; AReaL cbff54d (2026-08-22): c_clip, None (off) by default
-    dual_clip: float = flag(LOSS, 0.0, "dual-clip PPO constant C > 1: the clipped loss of a negative advantage is at most C*|A| "
-                                       "(verl's clip_ratio_c, 3.0 and always on there; AReaL's c_clip); 0 = off (the five papers)",
+    dual_clip: float = flag(LOSS, 0.0, "dual-clip PPO constant C > 1: the clipped loss of a negative advantage is at "
+                                       "most C*|A| (verl's clip_ratio_c, 3.0 and always on there; AReaL's c_clip); 0 "
+                                       "= off (the five papers)",
                             check=lambda v: (v < 0 or 0 < v <= 1) and f"must be 0 (off) or > 1, got {v}")
-    kl_coef: float = flag(LOSS, 0.0, "beta: weight of the k3 KL to the initial (reference) model; 0 = no reference model",
+    kl_coef: float = flag(LOSS, 0.0, "beta: weight of the k3 KL to the initial (reference) model; 0 = no reference "
+                                     "model",
                           check=at_least(0))
-    scale_adv_by_std: bool = flag(LOSS, True, "divide advantages by the group std (GRPO); off = Dr. GRPO's mean-only baseline")
+    scale_adv_by_std: bool = flag(LOSS, True, "divide advantages by the group std (GRPO); off = Dr. GRPO's mean-only "
+                                              "baseline")
     # --- optimisation ---
-    lr: float = flag(OPTIM, 1e-4, "AdamW learning rate; 1e-4 suits the 1M-parameter tiny model (the papers use 1e-6 to 3e-6 for 7B-32B)",
+    lr: float = flag(OPTIM, 1e-4, "AdamW learning rate; 1e-4 suits the 1M-parameter tiny model (the papers use 1e-6 "
+                                  "to 3e-6 for 7B-32B)",
                      check=at_least(0, "(0: no update, e.g. to compare two engines' samples)"))
     warmup_steps: int = flag(OPTIM, 5, "linear LR warm-up, in optimizer updates, then constant (DAPO)",
                              check=at_least(0))
@@ -283,125 +307,163 @@ class Config:
                                check=at_least(0))
     grad_clip: float = flag(OPTIM, 1.0, "max global grad norm",
                             check=above(0))
-    mini_batch_size: int = flag(OPTIM, 256, "responses per optimizer update; mu = epochs x batch_size / mini_batch_size. Not given and larger than "
-                                             "--batch-size: the batch (mu = epochs)",
+    mini_batch_size: int = flag(OPTIM, 256, "responses per optimizer update; mu = epochs x batch_size / "
+                                            "mini_batch_size. Not given and larger than --batch-size: the batch (mu = "
+                                            "epochs)",
                                 check=at_least(1))
     epochs: int = flag(OPTIM, 1, "passes over each rollout batch (N_reuse)",
                        check=at_least(1))
     # --- recipe techniques (--recipe NAME sets a paper's; a flag given still wins) ---
-    recipe: str = flag(RECIPE, "grpo", "preset of a paper's settings: " + ", ".join(RECIPES) + " (see RECIPES in config.py and the README)",
+    recipe: str = flag(RECIPE, "grpo", "preset of a paper's settings: " + ", ".join(RECIPES)
+                       + " (see RECIPES in config.py and the README)",
                        choices=tuple(RECIPES))
-    algorithm: str = flag(RECIPE, "grpo", "the idea file whose advantages and policy loss the run calls: grpo (grpo.py), dapo "
-                                          "(dapo.py: clip-higher, token-level loss, overlong filter), c3po (c3po.py: the token budget, "
-                                          "needed by --token-budget), gspo (gspo.py: one length-normalised ratio per response, clipped "
-                                          "at the sequence level; the gspo recipe's eps 3e-4/4e-4), cispo (cispo.py: REINFORCE with the "
-                                          "detached weight min(r, 1 + --clip-high); the cispo recipe's cap 5, --clip-low 1: no floor; "
-                                          "no --dual-clip); each recipe sets its paper's. gspo and cispo are inert on-policy (mu = 1: "
-                                          "the ratio is 1, the gradient GRPO's / REINFORCE's), as clip-higher is: their recipes "
-                                          "make 4 / 16 updates per rollout",
+    algorithm: str = flag(RECIPE, "grpo", "the idea file whose advantages and policy loss the run calls: grpo "
+                                          "(grpo.py), dapo (dapo.py: clip-higher, token-level loss, overlong filter), "
+                                          "c3po (c3po.py: the token budget, needed by --token-budget), gspo (gspo.py: "
+                                          "one length-normalised ratio per response, clipped at the sequence level; "
+                                          "the gspo recipe's eps 3e-4/4e-4), cispo (cispo.py: REINFORCE with the "
+                                          "detached weight min(r, 1 + --clip-high); the cispo recipe's cap 5, "
+                                          "--clip-low 1: no floor; no --dual-clip); each recipe sets its paper's. "
+                                          "gspo and cispo are inert on-policy (mu = 1: the ratio is 1, the gradient "
+                                          "GRPO's / REINFORCE's), as clip-higher is: their recipes make 4 / 16 "
+                                          "updates per rollout",
                           choices=("grpo", "dapo", "c3po", "gspo", "cispo"))
-    dynamic_sampling: bool = flag(RECIPE, False, "DAPO: keep only groups with mixed correctness (or scores: --filter-metric), regenerating until the batch is full")
-    max_gen_rounds: int = flag(RECIPE, 10, "DAPO: cap on generation rounds per step under dynamic sampling (<= 0: no cap)")
+    dynamic_sampling: bool = flag(RECIPE, False, "DAPO: keep only groups with mixed correctness (or scores: "
+                                                 "--filter-metric), regenerating until the batch is full")
+    max_gen_rounds: int = flag(RECIPE, 10, "DAPO: cap on generation rounds per step under dynamic sampling (<= 0: no "
+                                           "cap)")
     # the DAPO recipe's filter_groups.metric (verl-project/verl-recipe 48ea0a7, 2026-08-05, dapo/dapo_ray_trainer.py)
-    filter_metric: str = flag(RECIPE, "auto", "what dynamic sampling / the seamless scheduler call a mixed group (verl filter_groups.metric): "
-                                              "'acc' (correctness differs), 'score' (the verifier's unshaped reward differs: partial credit), "
-                                              "'auto' = score for --reward code-strict / code-soft (MiMo's partial-credit rewards), else acc",
+    filter_metric: str = flag(RECIPE, "auto", "what dynamic sampling / the seamless scheduler call a mixed group "
+                                              "(verl filter_groups.metric): 'acc' (correctness differs), 'score' (the "
+                                              "verifier's unshaped reward differs: partial credit), 'auto' = score "
+                                              "for --reward code-strict / code-soft (MiMo's partial-credit rewards), "
+                                              "else acc",
                               choices=("auto", "acc", "score"))
-    gen_batch_factor: int = flag(RECIPE, 1, "DAPO: prompts drawn per dynamic-sampling round, as a multiple of the step's prompts "
-                                            "(verl's DAPO recipe: gen_batch_size = 3 x train_batch_size; the dapo recipe sets 3)",
+    gen_batch_factor: int = flag(RECIPE, 1, "DAPO: prompts drawn per dynamic-sampling round, as a multiple of the "
+                                            "step's prompts (verl's DAPO recipe: gen_batch_size = 3 x "
+                                            "train_batch_size; the dapo recipe sets 3)",
                                  check=at_least(1))
-    seamless: bool = flag(RECIPE, False, "MiMo: seamless rollout for --dynamic-sampling (seamless.py): launches sized by the pass-rate estimate (continuous batching with --rollout vllm, waves with hf), scoring overlapped with generation, FIFO early termination; with N processes each collects its share of the batch")
-    seamless_max_wave: int = flag(RECIPE, 0, "MiMo seamless rollout: cap on prompts per wave (0 = half the step's prompts)",
+    seamless: bool = flag(RECIPE, False, "MiMo: seamless rollout for --dynamic-sampling (seamless.py): launches sized "
+                                         "by the pass-rate estimate (continuous batching with --rollout vllm, waves "
+                                         "with hf), scoring overlapped with generation, FIFO early termination; with "
+                                         "N processes each collects its share of the batch")
+    seamless_max_wave: int = flag(RECIPE, 0, "MiMo seamless rollout: cap on prompts per wave (0 = half the step's "
+                                             "prompts)",
                                   check=at_least(0, "(0 = half the step's prompts)"))
-    overlong_buffer: int = flag(RECIPE, 0, "DAPO: L_cache of the soft overlong punishment (Eq. 13; L_max = --max-new-tokens); 0 = off",
+    overlong_buffer: int = flag(RECIPE, 0, "DAPO: L_cache of the soft overlong punishment (Eq. 13; L_max = "
+                                           "--max-new-tokens); 0 = off",
                                 check=at_least(0, "(0 = off)"))
     overlong_filter: bool = flag(RECIPE, False, "DAPO: mask the loss of truncated responses (overlong filtering)")
-    token_budget: int = flag(RECIPE, 0, "C3PO: Phi, training tokens per optimizer update (constant 1/Phi normaliser); 0 = off",
+    token_budget: int = flag(RECIPE, 0, "C3PO: Phi, training tokens per optimizer update (constant 1/Phi normaliser); "
+                                        "0 = off",
                              check=at_least(0, "(0 = off)"))
     entropy_coef: float = flag(RECIPE, 0.0, "static entropy bonus alpha (Ring-lite: 5e-4)",
                                check=at_least(0))
     adaptive_entropy: bool = flag(RECIPE, False, "Skywork-OR1: adaptive entropy control towards --entropy-target")
-    entropy_target: float = flag(RECIPE, 0.2, "Skywork-OR1: target entropy (the sampled-token NLL of a rollout; which rollout: --entropy-timing)",
+    entropy_target: float = flag(RECIPE, 0.2, "Skywork-OR1: target entropy (the sampled-token NLL of a rollout; which "
+                                              "rollout: --entropy-timing)",
                                  check=above(0))
     entropy_delta: float = flag(RECIPE, 1e-4, "Skywork-OR1: coefficient step Delta per training step",
                                 check=at_least(0))
     entropy_max: float = flag(RECIPE, 5e-3, "Skywork-OR1: upper clamp of the entropy coefficient",
                               check=at_least(0))
-    entropy_timing: str = flag(RECIPE, "code", "Skywork-OR1: 'code' (released trainer: c updated with the previous rollout's estimate, then "
-                                               "alpha_k = c_k * 1{e_{k-1} < tgt}) or 'paper' (Eq. 3.2: alpha_k = c_k * 1{e_k <= tgt} with this "
-                                               "rollout's estimate, one extra forward pass, then c_{k+1} from e_k)",
+    entropy_timing: str = flag(RECIPE, "code", "Skywork-OR1: 'code' (released trainer: c updated with the previous "
+                                               "rollout's estimate, then alpha_k = c_k * 1{e_{k-1} < tgt}) or 'paper' "
+                                               "(Eq. 3.2: alpha_k = c_k * 1{e_k <= tgt} with this rollout's estimate, "
+                                               "one extra forward pass, then c_{k+1} from e_k)",
                                choices=("code", "paper"))
-    rejection_sampling: bool = flag(RECIPE, False, "Skywork-OR1: drop zero-advantage groups, no refill (the batch shrinks)")
-    easy_pool_alpha: float = flag(RECIPE, 0.0, "MiMo: all-correct prompts move to an easy pool, drawn with this probability per slot; 0 = off",
-                                  check=within(0, 1, high_open=True, note="(1 would draw every slot from the easy pool)"))
-    drop_solved: bool = flag(RECIPE, False, "all-correct prompts leave the prompt pool for good (no easy pool, no return): the outright "
-                                            "removal MiMo's easy pool replaces (resample.EasyPool with alpha 0, no refresh)")
-    curriculum: str = flag(RECIPE, "", "staged training: 'skywork' (growing response length) or 'compass' (easy -> hard levels); '' = off",
+    rejection_sampling: bool = flag(RECIPE, False, "Skywork-OR1: drop zero-advantage groups, no refill (the batch "
+                                                   "shrinks)")
+    easy_pool_alpha: float = flag(RECIPE, 0.0, "MiMo: all-correct prompts move to an easy pool, drawn with this "
+                                               "probability per slot; 0 = off",
+                                  check=within(0, 1, high_open=True,
+                                               note="(1 would draw every slot from the easy pool)"))
+    drop_solved: bool = flag(RECIPE, False, "all-correct prompts leave the prompt pool for good (no easy pool, no "
+                                            "return): the outright removal MiMo's easy pool replaces "
+                                            "(resample.EasyPool with alpha 0, no refresh)")
+    curriculum: str = flag(RECIPE, "", "staged training: 'skywork' (growing response length) or 'compass' (easy -> "
+                                       "hard levels); '' = off",
                            choices=("", "skywork", "compass"))
-    online_filter: bool = flag(RECIPE, False, "Skywork-OR1: with --curriculum, drop at each stage start the prompts whose last group in "
-                                              "the previous stage was all correct (the skywork recipe turns it on; Compass-Thinker has none)")
-    stages: str = flag(RECIPE, "", "stages of one run (Ring-lite's math -> code RL), ';'-separated, each 'key=value ...' with keys "
-                                   "data (train data), reward, max_new_tokens, steps, eval (eval data), eval_problems; what a stage "
-                                   "leaves out comes from the flags. Stages without steps share the rest of --max-steps equally. "
-                                   "Optimizer, reference model, entropy controller and step count carry over; each data set keeps "
-                                   "its own prompt order; evaluation covers every stage's held-out set. '' = one stage from "
+    online_filter: bool = flag(RECIPE, False, "Skywork-OR1: with --curriculum, drop at each stage start the prompts "
+                                              "whose last group in the previous stage was all correct (the skywork "
+                                              "recipe turns it on; Compass-Thinker has none)")
+    stages: str = flag(RECIPE, "", "stages of one run (Ring-lite's math -> code RL), ';'-separated, each 'key=value "
+                                   "...' with keys data (train data), reward, max_new_tokens, steps, eval (eval "
+                                   "data), eval_problems; what a stage leaves out comes from the flags. Stages "
+                                   "without steps share the rest of --max-steps equally. Optimizer, reference model, "
+                                   "entropy controller and step count carry over; each data set keeps its own prompt "
+                                   "order; evaluation covers every stage's held-out set. '' = one stage from "
                                    "--train-data, --reward, --max-new-tokens (the c3po recipe sets math then code)")
     # --- memory and scale ---
-    micro_batch_size: int = flag(SCALE, 256, "responses per forward/backward (gradient accumulation inside a mini-batch)",
+    micro_batch_size: int = flag(SCALE, 256, "responses per forward/backward (gradient accumulation inside a "
+                                             "mini-batch)",
                                  check=at_least(1))
-    micro_batch_tokens: int = flag(SCALE, 4096, "padded tokens per forward/backward: a mini-batch is sorted by length and cut into "
-                                                "micro-batches of at most this many (and at most --micro-batch-size responses), so a "
-                                                "few long responses do not pad every row to their length; 0 = off (rollout order)",
+    micro_batch_tokens: int = flag(SCALE, 4096, "padded tokens per forward/backward: a mini-batch is sorted by length "
+                                                "and cut into micro-batches of at most this many (and at most "
+                                                "--micro-batch-size responses), so a few long responses do not pad "
+                                                "every row to their length; 0 = off (rollout order)",
                                    check=at_least(0))
-    dtype: str = flag(SCALE, "auto", "precision policy: auto (bf16-mixed on GPU, float32 on CPU); float32; bf16-mixed (fp32 weights, "
-                                     "gradients and AdamW states, bf16 autocast forward, fp32 log-softmax); bfloat16 (all bf16, "
-                                     "8 B/param: AdamW steps smaller than ~1/256 of a weight round away, e.g. at lr 1e-6)",
+    dtype: str = flag(SCALE, "auto", "precision policy: auto (bf16-mixed on GPU, float32 on CPU); float32; bf16-mixed "
+                                     "(fp32 weights, gradients and AdamW states, bf16 autocast forward, fp32 "
+                                     "log-softmax); bfloat16 (all bf16, 8 B/param: AdamW steps smaller than ~1/256 of "
+                                     "a weight round away, e.g. at lr 1e-6)",
                       choices=("auto", "float32", "bf16-mixed", "bfloat16"))
-    logprob_chunk: int = flag(SCALE, 256, "LM-head rows per chunk for the log-probs (logprobs.chunked_token_logprobs): the update never holds "
-                                          "more than chunk x vocab logits; 0 = full logits (micro-batch x (P+R) x vocab, the reference)",
+    logprob_chunk: int = flag(SCALE, 256, "LM-head rows per chunk for the log-probs "
+                                          "(logprobs.chunked_token_logprobs): the update never holds more than chunk "
+                                          "x vocab logits; 0 = full logits (micro-batch x (P+R) x vocab, the "
+                                          "reference)",
                               check=at_least(0, "(0 = full logits)"))
-    gradient_checkpointing: bool = flag(SCALE, False, "recompute each decoder layer in the backward (HF gradient checkpointing, "
-                                                      "non-reentrant): keeps one hidden state per layer and token, ~1/3 more compute")
-    fsdp: bool = flag(SCALE, False, "shard weights, gradients and AdamW states over the processes: FSDP2 through Accelerate, one unit "
-                                    "per decoder layer (= accelerate launch --config_file configs/fsdp.yaml); see docs/multi_gpu.md")
-    threads: int = flag(SCALE, 1, "CPU threads for torch (0 = torch's default). 1 by default: the tiny model gains little from more, "
-                                  "and an OpenMP pool sharing its cores with other work ran 30x slower here (measured)",
+    gradient_checkpointing: bool = flag(SCALE, False, "recompute each decoder layer in the backward (HF gradient "
+                                                      "checkpointing, non-reentrant): keeps one hidden state per "
+                                                      "layer and token, ~1/3 more compute")
+    fsdp: bool = flag(SCALE, False, "shard weights, gradients and AdamW states over the processes: FSDP2 through "
+                                    "Accelerate, one unit per decoder layer (= accelerate launch --config_file "
+                                    "configs/fsdp.yaml); see docs/multi_gpu.md")
+    threads: int = flag(SCALE, 1, "CPU threads for torch (0 = torch's default). 1 by default: the tiny model gains "
+                                  "little from more, and an OpenMP pool sharing its cores with other work ran 30x "
+                                  "slower here (measured)",
                         check=at_least(0, "(0 = torch's default)"))
-    lora_rank: int = flag(SCALE, 0, "LoRA rank r (trainer/lora.py, peft): train low-rank adapters on a frozen base; 0 = full fine-tuning. With "
-                                    "LoRA the --lr default is 10x full fine-tuning's (TRL's 'LoRA without regret'), the reference "
-                                    "model is the base (adapter disabled, no second copy) and checkpoints hold the adapter",
+    lora_rank: int = flag(SCALE, 0, "LoRA rank r (trainer/lora.py, peft): train low-rank adapters on a frozen base; 0 "
+                                    "= full fine-tuning. With LoRA the --lr default is 10x full fine-tuning's (TRL's "
+                                    "'LoRA without regret'), the reference model is the base (adapter disabled, no "
+                                    "second copy) and checkpoints hold the adapter",
                           check=at_least(0, "(0 = full fine-tuning)"))
     lora_alpha: int = flag(SCALE, 32, "LoRA alpha: adapters scaled by alpha / r (32: verl's LoRA guide and example, "
                                       "'LoRA without regret')",
                            check=at_least(1))
     lora_dropout: float = flag(SCALE, 0.0, "dropout on the adapters' input (0: verl's and TRL's GRPO-LoRA examples)",
                                check=within(0, 1, high_open=True))
-    lora_targets: str = flag(SCALE, "all-linear", "modules that get adapters: 'all-linear' (every linear layer of the decoder, not "
-                                                  "the LM head) or comma-separated names, e.g. q_proj,k_proj,v_proj,o_proj")
-    load_in_4bit: bool = flag(SCALE, False, "QLoRA: the frozen base's linear layers in 4-bit NF4 (bitsandbytes: pip install -e '.[qlora]'; "
-                                             "runs on CPU too, slowly); needs --lora-rank; with --rollout vllm, --lora-vllm-sync adapter")
-    lora_vllm_sync: str = flag(SCALE, "merged", "LoRA with --rollout vllm: 'merged' (the adapters merged out of place in fp32 into the "
-                                                "base's weights, loaded into vLLM each step) or 'adapter' (vLLM keeps its base weights "
-                                                "and serves the adapter through its LoRA support: a smaller sync, a slower decode)",
+    lora_targets: str = flag(SCALE, "all-linear", "modules that get adapters: 'all-linear' (every linear layer of the "
+                                                  "decoder, not the LM head) or comma-separated names, e.g. "
+                                                  "q_proj,k_proj,v_proj,o_proj")
+    load_in_4bit: bool = flag(SCALE, False, "QLoRA: the frozen base's linear layers in 4-bit NF4 (bitsandbytes: pip "
+                                            "install -e '.[qlora]'; runs on CPU too, slowly); needs --lora-rank; with "
+                                            "--rollout vllm, --lora-vllm-sync adapter")
+    lora_vllm_sync: str = flag(SCALE, "merged", "LoRA with --rollout vllm: 'merged' (the adapters merged out of place "
+                                                "in fp32 into the base's weights, loaded into vLLM each step) or "
+                                                "'adapter' (vLLM keeps its base weights and serves the adapter "
+                                                "through its LoRA support: a smaller sync, a slower decode)",
                                choices=("merged", "adapter"))
     # --- evaluation and logging ---
     eval_every: int = flag(EVAL, 20, "evaluate on held-out data every N steps (0 = only before and after)",
                            check=at_least(0, "(0 = only before and after)"))
     eval_problems: int = flag(EVAL, 400, "number of held-out problems for greedy accuracy (0 = all)",
                               check=at_least(0, "(0 = all)"))
-    eval_samples: int = flag(EVAL, 4, "k: sampled completions per held-out problem for avg@k and pass@k, at the first and the final "
-                                      "evaluation only (intermediate ones are greedy); 0 = greedy only. The papers use k = 32 on AIME",
+    eval_samples: int = flag(EVAL, 4, "k: sampled completions per held-out problem for avg@k and pass@k, at the first "
+                                      "and the final evaluation only (intermediate ones are greedy); 0 = greedy only. "
+                                      "The papers use k = 32 on AIME",
                              check=at_least(0))
-    eval_temperature: float = flag(EVAL, 1.0, "sampling temperature of avg@k / pass@k (DAPO, Skywork, Ring-lite 1.0; MiMo 0.6)")
+    eval_temperature: float = flag(EVAL, 1.0, "sampling temperature of avg@k / pass@k (DAPO, Skywork, Ring-lite 1.0; "
+                                              "MiMo 0.6)")
     eval_top_p: float = flag(EVAL, 1.0, "top-p of avg@k / pass@k (DAPO 0.7, Ring-lite and MiMo 0.95, Skywork 1.0)")
-    report_to: str = flag(EVAL, "none", "experiment tracker through Accelerate: tensorboard (OUTPUT_DIR/tensorboard), wandb, none; "
-                                        "the config is logged once, every metrics.jsonl row each step",
+    report_to: str = flag(EVAL, "none", "experiment tracker through Accelerate: tensorboard (OUTPUT_DIR/tensorboard), "
+                                        "wandb, none; the config is logged once, every metrics.jsonl row each step",
                           choices=("none", "tensorboard", "wandb"), check=tracker_installed)
 
     @property
     def stops(self) -> tuple[str, ...]:
-        """--stop as strings (data.read_stops: split on '||', \\n \\t \\r \\\\ read)."""
-        return data.read_stops(self.stop)
+        """--stop as strings (engines.stops.read_stops: split on '||', \\n \\t \\r \\\\ read)."""
+        return read_stops(self.stop)
 
     def validate(self):
         """Each field's own choices and check, then the rules between flags; a bad value -> one `error:` line."""
@@ -488,7 +550,7 @@ class Config:
 
 def build_parser(description: str = "") -> argparse.ArgumentParser:
     """train.py's flags: one per Config field, by group, each with its help, choices and default."""
-    ap = data.ArgParser(prog="train.py", description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
+    ap = ArgParser(prog="train.py", description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
                         usage="python train.py [--flag value ...]   (the flags below, by group; a recipe sets defaults)")
     for title in GROUPS:
         group = ap.add_argument_group(title)

@@ -26,9 +26,12 @@ import os
 import time
 from collections import defaultdict
 
-import data
+from engines.stops import read_stops
 from reward import MathReward
 from rollout import SamplingParams
+from tasks.load import load_dataset
+from tasks.templates import TEMPLATES, build_prompt, check_template, opens_thought, parse_template_kwargs
+from tools.cli import ArgParser, cli
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -84,10 +87,10 @@ def evaluate(engine, tokenizer, examples, reward_fn, samples: int = 0, ks=(1,), 
              top_p: float = 1.0, max_new_tokens: int = 64, n_show: int = 0, kind: str = "math", template: str = "auto",
              system: str = "", stop: tuple[str, ...] = (), template_kwargs: dict | None = None) -> dict:
     """Greedy accuracy (always) and, when samples > 0, avg@samples and pass@k for each k <= samples. Prompts are
-    built and responses end as in training (data.build_prompt with `template` and `template_kwargs`; rollout.finish
-    with `stop`); `reward_fn` reads them as in training (a math reward built with thought_open when the prompts leave
-    a thought open: data.opens_thought)."""
-    prompts = [data.build_prompt(tokenizer, ex.prompt, kind, template, system, template_kwargs) for ex in examples]
+    built and responses end as in training (tasks.templates.build_prompt with `template` and `template_kwargs`;
+    engines.stops.finish with `stop`); `reward_fn` reads them as in training (a math reward built with thought_open
+    when the prompts leave a thought open: tasks.templates.opens_thought)."""
+    prompts = [build_prompt(tokenizer, ex.prompt, kind, template, system, template_kwargs) for ex in examples]
     golds = [ex.answer for ex in examples]
     res = {}
     with progress(engine, tokenizer, golds, 1, reward_fn, "greedy"):
@@ -164,7 +167,7 @@ def main(argv=None):
     import config  # train.py's checks of the same values (config.number)
 
     # each help names its default (the run's setting, else train.py's): no ArgumentDefaultsHelpFormatter
-    ap = data.ArgParser(prog="evaluate.py", description="Evaluate a checkpoint on held-out problems (defaults: its run's "
+    ap = ArgParser(prog="evaluate.py", description="Evaluate a checkpoint on held-out problems (defaults: its run's "
                         "evaluation, read from the checkpoint; train.py's for any other model).")
     count = config.number(int, config.at_least(0))
     ap.add_argument("--model", default="", help="checkpoint directory, run directory (its newest checkpoint), model "
@@ -187,7 +190,7 @@ def main(argv=None):
     ap.add_argument("--rollout", choices=("fast", "hf", "vllm"), help="generation engine (default: the run's, else fast)")
     ap.add_argument("--reward", choices=("math", "math-strict", "math-dapo"), help="how answers are graded (default: "
                     "the run's, else math)")
-    ap.add_argument("--template", choices=tuple(data.TEMPLATES), help="prompt template (train.py --template; default: "
+    ap.add_argument("--template", choices=tuple(TEMPLATES), help="prompt template (train.py --template; default: "
                     "the run's, else auto)")
     ap.add_argument("--system-prompt", help="system prompt for the chat templates (default: the run's, else none)")
     ap.add_argument("--chat-template-kwargs", help="JSON object of chat template switches, e.g. "
@@ -231,15 +234,15 @@ def main(argv=None):
         raise SystemExit(f"error: --k {a.k!r}: comma-separated whole numbers, e.g. 1,4") from None
     if any(k < 1 for k in ks) or any(k > max(samples, 1) for k in ks):
         raise SystemExit(f"error: --k {a.k}: pass@k needs 1 <= k <= --samples ({samples})")
-    examples = data.load_dataset(st["data"], split=st["split"], n=st["eval_problems"] or None, seed=st["seed"])  # bad data: before the model
+    examples = load_dataset(st["data"], split=st["split"], n=st["eval_problems"] or None, seed=st["seed"])  # bad data: before the model
     print(f"evaluating {model_dir or 'the built-in tiny model'} with {source}: {shown}{over}", file=sys.stderr, flush=True)
     path = model_dir or tiny.get_tiny_model()
     model, tok, path = lora.load_any(path, torch.float32)  # a LoRA checkpoint: merged onto its base
     kind = "math-dapo" if st["reward"] == "math-dapo" else "math"
-    tkw = data.parse_template_kwargs(st["chat_template_kwargs"])
-    data.check_template(tok, st["template"], kind, template_kwargs=tkw)
-    thought_open = data.opens_thought(tok, kind, st["template"], st["system_prompt"], tkw)  # R1-Distill: the prompt opens it
-    stop = data.read_stops(st["stop"])
+    tkw = parse_template_kwargs(st["chat_template_kwargs"])
+    check_template(tok, st["template"], kind, template_kwargs=tkw)
+    thought_open = opens_thought(tok, kind, st["template"], st["system_prompt"], tkw)  # R1-Distill: the prompt opens it
+    stop = read_stops(st["stop"])
     builtin_model = not a.model or (run is not None and not run.get("model"))  # train.py's max_model_len for its tiny model
     engine = rollout.make_engine(st["rollout"], model, tok, model_path=path, seed=st["seed"],
                                  max_model_len=512 if builtin_model else None)
@@ -261,4 +264,4 @@ def main(argv=None):
 if __name__ == "__main__":  # the guard vLLM's in-process engine needs
     import sys
 
-    sys.exit(data.cli(main))
+    sys.exit(cli(main))

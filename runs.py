@@ -110,21 +110,17 @@ def progress_bar(iterable=None, **kw):
     return tqdm(iterable, **kw)
 
 
-def is_sharded(accelerator) -> bool:
-    from accelerate.utils import DistributedType
-
-    return accelerator.distributed_type == DistributedType.FSDP
-
-
 def save_checkpoint(path, accelerator, model, tok, optimizer, state: dict):
     """Written to a temporary directory and renamed: a crash never leaves half a checkpoint.
 
     Under FSDP every process takes part in gathering the full weights and the full optimizer state (torch's
     get_optimizer_state_dict, parameter names as keys), which the main process writes: the checkpoint has the same
     files as an unsharded run's and resumes under any process count with the same sharding mode."""
+    from accelerate.utils import DistributedType
+
     weights = opt_state = None
     rng = rng_states(accelerator)  # a collective: every process's sampling streams
-    if is_sharded(accelerator):
+    if accelerator.distributed_type == DistributedType.FSDP:  # trainer.distributed.is_sharded (runs.py is below it)
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
         weights = accelerator.get_state_dict(model)

@@ -14,7 +14,7 @@ the last round overshoots by up to a whole round. Here instead:
     scored first. On the built-in task this halved the surplus of valid groups (17% -> 8%, bench/seamless_waste.py).
   * Asynchronous reward: completions are scored on a worker thread (`score`, e.g. reward.MathReward, which itself
     verifies on processes) while the main thread keeps generating.
-  * Two engine modes. A streaming engine (`submit`/`poll`/`abort`: rollout.VLLMEngine, vLLM's continuous
+  * Two engine modes. A streaming engine (`submit`/`poll`/`abort`: engines.vllm_engine.VLLMEngine, vLLM's continuous
     batching) is MiMo's continuous rollout proper: a wave is only an admission of prompts into the engine, which
     keeps generating while groups are admitted; each group goes to scoring the moment its G samples are done,
     and groups still generating when the batch is full are aborted. A batch-synchronous engine (HFEngine, one

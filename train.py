@@ -54,19 +54,19 @@ import c3po
 import cispo
 import curriculum
 import dapo
-import data
 import entropy
 import grpo
 import gspo
 import runs
 from config import Config, parse_config
 from rollout import tis_weights
-from runs import is_sharded
+from tasks.templates import parse_template_kwargs
+from tools.cli import cli
 from trainer import lora
 from trainer.batches import make_batch, old_logprobs, pad_rows, split_micro
 from trainer.checkpoints import checkpoint
 from trainer.collect import Collector, observe
-from trainer.distributed import GatheredWeights, dummy_forward, lockstep
+from trainer.distributed import GatheredWeights, dummy_forward, is_sharded, lockstep
 from trainer.logprobs import response_logprobs
 from trainer.metrics import UpdateLog, step_stats, write_summary
 from trainer.producer import take_lagged
@@ -409,7 +409,7 @@ def run_eval(run: Run, step: int, sampled: bool = False) -> dict | None:
             res = evaluate(run.engine, run.tok, task.eval_set, task.reward_fn, samples=k, ks=(1, k) if k else (1,),
                            temperature=cfg.eval_temperature, top_p=cfg.eval_top_p, max_new_tokens=task.max_new_tokens,
                            n_show=8, kind=task.kind, template=cfg.template, system=cfg.system_prompt, stop=cfg.stops,
-                           template_kwargs=data.parse_template_kwargs(cfg.chat_template_kwargs))
+                           template_kwargs=parse_template_kwargs(cfg.chat_template_kwargs))
         prefix = "eval/" if len(run.tasks) == 1 else f"eval/{task.name}/"
         shown += [{"step": step, **({"task": task.name} if len(run.tasks) > 1 else {}), **s} for s in res.pop("samples")]
         row.update({prefix + key: v for key, v in res.items()})
@@ -442,4 +442,4 @@ def finish(run: Run, collector: Collector, t_start: float) -> list[dict]:
 
 
 if __name__ == "__main__":
-    sys.exit(data.cli(main))
+    sys.exit(cli(main))

@@ -40,9 +40,10 @@ def load(seed=0):
 
 
 def prompts_of(tok, n):
-    import data
+    from tasks.addition import builtin_task
+    from tasks.templates import build_prompt
 
-    return [data.build_prompt(tok, ex.prompt) for ex in data.builtin_task(n, "train", seed=0)]
+    return [build_prompt(tok, ex.prompt) for ex in builtin_task(n, "train", seed=0)]
 
 
 def generate_rounds(model, tok, prompts, G, max_new, rounds, start=None):
@@ -50,8 +51,9 @@ def generate_rounds(model, tok, prompts, G, max_new, rounds, start=None):
     import torch
 
     import rollout
+    from engines.hf import FastEngine
 
-    engine = rollout.FastEngine(model, tok)
+    engine = FastEngine(model, tok)
     sp = rollout.SamplingParams(temperature=1.0, max_new_tokens=max_new)
     if start is not None:
         start.wait()
@@ -77,12 +79,13 @@ def make_update(model, tok, prompts, G, max_new):
 
     import config
     import rollout
+    from engines.hf import FastEngine
     import train
     from trainer import distributed
 
     cfg = config.parse_config([])
     acc = distributed.make_accelerator(cfg)
-    comps = [c for g in rollout.FastEngine(model, tok).generate(prompts, G, rollout.SamplingParams(max_new_tokens=max_new))
+    comps = [c for g in FastEngine(model, tok).generate(prompts, G, rollout.SamplingParams(max_new_tokens=max_new))
              for c in g]
     p_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts for _ in range(G)]
     r_ids = [c.token_ids for c in comps]

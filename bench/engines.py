@@ -26,8 +26,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project is one folder up
 
-import data
 from rollout import SamplingParams, make_engine
+from tasks.addition import builtin_task
+from tasks.templates import build_prompt
 
 
 def timed(engine, prompts, n, sp, repeats):
@@ -50,7 +51,7 @@ def main():
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--syncs", type=int, default=10)
-    ap.add_argument("--engines", default="hf,fast,vllm", help="comma-separated: hf (generate), fast (rollout.FastEngine), vllm")
+    ap.add_argument("--engines", default="hf,fast,vllm", help="comma-separated: hf (generate), fast (engines.hf.FastEngine), vllm")
     ap.add_argument("--lora-rank", type=int, default=0, help="time a LoRA policy (adapted vs merged) instead")
     ap.add_argument("--compile", action="store_true", help="vLLM on CPU: torch.compile the model (default: eager)")
     a = ap.parse_args()
@@ -74,7 +75,7 @@ def main():
             for n, p in model.named_parameters():
                 if "lora_B" in n:
                     p.normal_(0, 0.01)  # adapters that change the outputs, as after training
-    prompts = [data.build_prompt(tok, ex.prompt) for ex in data.builtin_task(a.prompts, "test")]
+    prompts = [build_prompt(tok, ex.prompt) for ex in builtin_task(a.prompts, "test")]
     sp = SamplingParams(a.temperature, 1.0, a.max_new_tokens)
     print(f"model {a.model_path}\n{a.prompts} prompts x {a.samples} samples x {a.max_new_tokens} new tokens, "
           f"T={a.temperature}, torch threads {torch.get_num_threads()}")

@@ -14,7 +14,7 @@ update = a micro-batch of `--micro` responses of R tokens after `--prompt` promp
 (trainer.logprobs.response_logprobs, entropy included, as train.py logs it), the GRPO loss (grpo.policy_loss),
 backward, AdamW step. The first update warms up (kernels, allocator); the second is timed and measured:
 peak = torch.cuda.max_memory_allocated over it (weights, gradients, AdamW states, activations), reserved = the
-allocator's peak reservation. Generation: trainer-side `--rollout fast` (rollout.FastEngine, the training model
+allocator's peak reservation. Generation: trainer-side `--rollout fast` (engines.hf.FastEngine, the training model
 itself under bf16 autocast), `--gen-rows` rows x `--gen-tokens` new tokens at temperature 1 from 64-token prompts;
 random weights almost never sample an end token, so every row runs to the limit (tokens/s = rows x tokens / s).
 
@@ -106,12 +106,13 @@ def update(model, opt, micro, prompt, resp, device, g):
 
 
 def generate(model, tok, rows: int, tokens: int, device: str, engine: str = "fast", check_every: int | None = None) -> float:
-    """Generated tokens/s. engine: 'fast' (rollout.FastEngine, host check every `check_every` tokens: None = its
+    """Generated tokens/s. engine: 'fast' (engines.hf.FastEngine, host check every `check_every` tokens: None = its
     default), 'hf' (HFEngine: transformers' generate) or 'hf-static' (generate with cache_implementation="static":
     a preallocated KV cache, and on CUDA transformers compiles the decode step itself)."""
     import rollout
+    from engines.hf import FastEngine, HFEngine
 
-    eng = (rollout.FastEngine if engine == "fast" else rollout.HFEngine)(model, tok, max_batch=rows)
+    eng = (FastEngine if engine == "fast" else HFEngine)(model, tok, max_batch=rows)
     if engine == "fast":
         eng.check_every = check_every
     gc = model.generation_config

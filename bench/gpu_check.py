@@ -57,7 +57,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the projec
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-import data  # noqa: E402
+from tools.cli import ArgParser, cli  # noqa: E402
 
 PARTS = ("tests", "train", "gen", "update", "trl")
 LIMITS = {"tests": 40, "train": 120, "gen": 150, "update": 60, "trl": 95}  # seconds, full run: 465 in all
@@ -399,7 +399,7 @@ def fetch_wheels(dest: str) -> None:
 
 
 def main():
-    ap = data.ArgParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dry-run", action="store_true", help="the same parts on the CPU at tiny sizes")
     ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
     ap.add_argument("--out", default=None, help="folder of the results file (default: bench/results; dry run: a new "
@@ -458,4 +458,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(data.cli(main))
+    sys.exit(cli(main))

@@ -18,6 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import reward  # noqa: E402
+from verifier import extract  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -36,7 +37,7 @@ def mv_last_box(completion: str, gold: str) -> bool:
     """math-verify on the content of the last box only (what this project did before its `math` mode)."""
     from math_verify import parse, verify
 
-    boxes = reward.find_boxes(reward.final_text(completion, "math-strict"))
+    boxes = extract.find_boxes(extract.final_text(completion, "math-strict"))
     if not boxes:
         return False
     try:

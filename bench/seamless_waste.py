@@ -82,25 +82,27 @@ def real_setup(model_path, seed, rollout_name, max_new_tokens):
     import torch
 
     import rollout
+    from engines.loading import load_model
 
     torch.manual_seed(seed)
-    model, tok = rollout.load_model(model_path, torch.float32)
+    model, tok = load_model(model_path, torch.float32)
     engine = rollout.make_engine(rollout_name, model, tok, model_path=model_path, seed=seed,
                                  max_model_len=64 + max_new_tokens + 64)
     return engine, tok
 
 
 def real_parts(engine, tok, seed, reward_workers, judge_ms_per_seq=0.0):
-    import data
+    from tasks.load import load_dataset
+    from tasks.templates import build_prompt
     from reward import MathReward
     from trainer import samplers
 
-    train_set = data.load_dataset("builtin", split="train", seed=seed)
+    train_set = load_dataset("builtin", split="train", seed=seed)
     sampler = samplers.EpochOrder(len(train_set), seed)
 
     def prompts(k):
         idx = sampler.draw(0, k)  # the plain order ignores the step
-        return [(i, train_set[i], data.build_prompt(tok, train_set[i].prompt, "math"), train_set[i].answer) for i in idx]
+        return [(i, train_set[i], build_prompt(tok, train_set[i].prompt, "math"), train_set[i].answer) for i in idx]
 
     score = MathReward(workers=reward_workers)
     if judge_ms_per_seq > 0:  # a slower verifier (a code judge): the real reward plus a wait per response

@@ -35,13 +35,14 @@ sys.path.insert(0, ROOT)
 
 def prompts_in_draw_order(tok, n_prompts: int, steps: int, seed: int):
     """The (prompt string, answer) pairs the project's trainer draws in its first `steps` steps, in order."""
-    import data
+    from tasks.load import load_dataset
+    from tasks.templates import build_prompt
     from trainer import samplers
 
-    train_set = data.load_dataset("builtin", split="train", seed=seed)
+    train_set = load_dataset("builtin", split="train", seed=seed)
     sampler = samplers.EpochOrder(len(train_set), seed)
     idx = [i for step in range(steps) for i in sampler.draw(step, n_prompts)]
-    return [(data.build_prompt(tok, train_set[i].prompt), train_set[i].answer) for i in idx]
+    return [(build_prompt(tok, train_set[i].prompt), train_set[i].answer) for i in idx]
 
 
 def digest(pairs) -> str:

@@ -39,7 +39,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 from coding.code_reward import grade
-from data import CodeDataError, cli, load_code_problems
+from coding.problems import CodeDataError, load_code_problems
+from tools.cli import cli
 
 
 def assign_levels(pass_rates: list[float], num_levels: int) -> list[int]:

@@ -49,11 +49,11 @@ Problem schema (JSONL, one problem per line; see fixtures/code/problems.jsonl):
   (a JSON string or object) instead of "tests". `test_levels` (one per test) is what
   code_difficulty.py writes besides filling each test's `level`; a test's own `level` wins.
   Problem-level `difficulty` (1-5) and `pass_rate` are what tools/grade.py writes (`level`: the built-in code task's
-  own); data.load_code_dataset reads them as the Example's level and pass rate, difficulty first.
+  own); coding.problems.load_code_dataset reads them as the Example's level and pass rate, difficulty first.
 
 Use from the trainer:
     from coding.code_reward import code_reward
-    from data import load_code_problems
+    from coding.problems import load_code_problems
     problems = load_code_problems("fixtures/code/problems.jsonl")
     rewards = code_reward(completions, [problems[i] for i in idx], mode="soft", workers=8)
 """
@@ -67,8 +67,8 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from coding.problems import normalize_problem
 from coding.sandbox import Limits, RunResult, run_python
-from data import CodeDataError, load_code_problems, normalize_problem  # noqa: F401  (the problem schema lives in data.py)
 
 MODES = ("all_or_nothing", "strict", "soft")
 THINK_OPEN = "<think>"  # the thought's opening tag, as reward.THINK_OPEN (rewards import no reward module but data's)

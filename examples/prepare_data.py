@@ -25,6 +25,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import data  # noqa: E402
+from tasks.load import load_dataset  # noqa: E402
+from tools.cli import ArgParser, cli  # noqa: E402
 
 # name -> (hub spec or file, split, levels kept or None)
 SETS = {
@@ -39,7 +41,7 @@ SETS = {
 def convert(spec: str, split: str, levels) -> list[dict]:
     """Rows of the plain schema from `spec`, deduplicated by question (first occurrence kept), optionally by level."""
     rows, seen = [], set()
-    for ex in data.load_dataset(spec, split):
+    for ex in load_dataset(spec, split):
         if levels and ex.level not in levels:
             continue
         if ex.prompt in seen:
@@ -52,7 +54,7 @@ def convert(spec: str, split: str, levels) -> list[dict]:
 
 
 def main(argv=None):
-    ap = data.ArgParser(prog="examples/prepare_data.py", description=__doc__.split("\n\n")[0],
+    ap = ArgParser(prog="examples/prepare_data.py", description=__doc__.split("\n\n")[0],
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("sets", nargs="+", choices=list(SETS), help="which example's data")
     ap.add_argument("--out", default=os.path.join(ROOT, "data"), help="directory the files go to")
@@ -80,4 +82,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(data.cli(main))
+    sys.exit(cli(main))

@@ -101,11 +101,11 @@ def corpus() -> list[str]:
     task's worked solutions."""
     import gzip
 
-    import data
+    from tasks.addition import builtin_task
 
     with open(os.path.join(ROOT, "models", "bpe-corpus.txt.gz"), "rb") as f:
         texts = [gzip.decompress(f.read()).decode()]
-    texts += [f"{ex.prompt}\n{ex.meta.get('solution', '')} \\boxed{{{ex.answer}}}" for ex in data.builtin_task(3000, "train")]
+    texts += [f"{ex.prompt}\n{ex.meta.get('solution', '')} \\boxed{{{ex.answer}}}" for ex in builtin_task(3000, "train")]
     return texts
 
 

@@ -27,6 +27,7 @@ import config  # noqa: E402
 import rollout  # noqa: E402
 import runs  # noqa: E402
 import train  # noqa: E402
+from engines.loading import load_model  # noqa: E402
 from tests.mp_step import G, fixed_batch  # noqa: E402
 from trainer import distributed  # noqa: E402
 
@@ -39,9 +40,9 @@ def main(model_path: str, out_path: str, fsdp: bool):
                        max_new_tokens=12, fsdp=fsdp, output_dir=out_dir, loss_agg="token-mean")
     acc = distributed.make_accelerator(cfg)
     world, rank = acc.num_processes, acc.process_index
-    assert runs.is_sharded(acc) == fsdp and (not fsdp or acc.is_fsdp2)
+    assert distributed.is_sharded(acc) == fsdp and (not fsdp or acc.is_fsdp2)
     torch.manual_seed(0)
-    model, tok = rollout.load_model(model_path, torch.float32)
+    model, tok = load_model(model_path, torch.float32)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
     model, optimizer = acc.prepare(model, optimizer)
     if fsdp:

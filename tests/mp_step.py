@@ -20,8 +20,8 @@ torch.set_num_threads(1)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import config  # noqa: E402
-import rollout  # noqa: E402
 import train  # noqa: E402
+from engines.loading import load_model  # noqa: E402
 
 N_GROUPS, G = 4, 4
 # name: (loss_agg, micro_batch_size, groups per process (None = even split), overlong_filter)
@@ -59,7 +59,7 @@ def main(model_path: str, out_path: str):
     acc = Accelerator(cpu=True)
     world, rank = acc.num_processes, acc.process_index
     torch.manual_seed(0)
-    model, tok = rollout.load_model(model_path, torch.float32)
+    model, tok = load_model(model_path, torch.float32)
     model.config.use_cache = False
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
     model, optimizer = acc.prepare(model, optimizer)

@@ -20,8 +20,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import data  # noqa: E402
 import train  # noqa: E402
+from tools.cli import cli  # noqa: E402
 from trainer import collect, samplers  # noqa: E402
 
 
@@ -77,7 +77,7 @@ def main() -> int:
         return run
 
     samplers.EpochOrder.draw, collect.Collector.take_prompts, train.setup = draw_logged, take_prompts_logged, setup_logged
-    return data.cli(train.main)
+    return cli(train.main)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import async_rollout
 import config
 import rollout
 import train
+from engines.loading import load_model
 from trainer import batches
 from trainer import producer
 
@@ -58,14 +59,14 @@ def test_lag_is_exact_and_behaviour_logprobs_are_the_previous_weights(trained_mo
     pend = producer.pending_from(st["pending"])
     assert pend.step == 2 and pend.version == 1
     ro = pend.result  # a Rollout (trainer/records.py) with the producer's log pi_behav
-    model, tok = rollout.load_model(str(out / "checkpoint-1"), torch.float32)
+    model, tok = load_model(str(out / "checkpoint-1"), torch.float32)
     cfg = config.Config(**{**st["config"], "resume": ""})
     G = cfg.group_size
     p_ids = [tok(ro.prompts[i // G], add_special_tokens=False)["input_ids"] for i in range(len(ro.completions))]
     ref = batches.old_logprobs(cfg, model.eval(), tok, p_ids, [c.token_ids for c in ro.completions], "cpu")
     gap = lambda xs: max((a - b).abs().max().item() for a, b in zip(xs, ro.behav_logp))  # noqa: E731
     assert len(ref) == len(ro.behav_logp) and gap(ref) < 1e-5
-    model2, _ = rollout.load_model(str(out / "checkpoint-2"), torch.float32)  # and not theta_2's
+    model2, _ = load_model(str(out / "checkpoint-2"), torch.float32)  # and not theta_2's
     other = batches.old_logprobs(cfg, model2.eval(), tok, p_ids, [c.token_ids for c in ro.completions], "cpu")
     assert gap(other) > 1e-3
 
@@ -147,11 +148,11 @@ def test_producer_contract():
 
 
 def test_lag_refuses_what_it_cannot_do(trained_model_path, tmp_path, capsys):
-    import data
+    from tools.cli import cli
 
     for extra, what in [(["--rollout-lag", "2"], "must be 0 or 1"), (["--rollout-lag", "1", "--seamless", "--dynamic-sampling"], "--seamless"),
                         (["--rollout-lag", "1", "--rollout", "vllm"], "--rollout vllm")]:
-        code = data.cli(train.main, ["--model", trained_model_path, "--output-dir", str(tmp_path / "x"), *extra])
+        code = cli(train.main, ["--model", trained_model_path, "--output-dir", str(tmp_path / "x"), *extra])
         err = capsys.readouterr().err
         assert code == 2 and err.startswith("error: --rollout-lag") and what in err, err
 

@@ -25,11 +25,16 @@ import pytest
 import torch
 
 import data
-import rollout
+from engines.hf import FastEngine
+from engines.loading import load_model
+from engines.stops import end_of_turn_id, stop_token_ids
+from reward import MathReward
+from rollout import SamplingParams
+from tasks.addition import builtin_task
+from tasks.templates import INSTRUCTION, build_prompt
 from tools import tiny
 from trainer import batches, logprobs
-from reward import MathReward, final_text
-from rollout import FastEngine, SamplingParams
+from verifier.extract import final_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARGIN = 0.2  # held-out greedy accuracy gained by the slow learning run (40 steps, 400 problems)
@@ -42,7 +47,7 @@ def shipped():
     out = {}
     for r in (tiny.CHAT_RECIPE, tiny.THINK_RECIPE):
         path = tiny.shipped_dir(r)
-        out[r.style] = (path, *rollout.load_model(path, torch.float32))
+        out[r.style] = (path, *load_model(path, torch.float32))
     return out
 
 
@@ -77,14 +82,14 @@ def test_qwen25_conventions(shipped):
         assert tok.eos_token == "<|endoftext|>" and tok.pad_token == "<|endoftext|>" and tok.bos_token is None
         im_end, eos = tok.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
         assert model.config.eos_token_id == eos and model.generation_config.eos_token_id == [im_end, eos]
-        assert rollout.end_of_turn_id(tok) == im_end
-        assert set(rollout.stop_token_ids(tok, model.generation_config)) == {im_end, eos}
+        assert end_of_turn_id(tok) == im_end
+        assert set(stop_token_ids(tok, model.generation_config)) == {im_end, eos}
         assert model.config.vocab_size > len(tok)  # padded rows beyond the tokenizer, as Qwen2.5's embedding has
-        p = data.build_prompt(tok, "12+3", "math", "chat")
-        head = f"<|im_start|>system\n{tiny.CHAT_SYSTEM}<|im_end|>\n<|im_start|>user\n12+3\n{data.INSTRUCTION}<|im_end|>\n"
+        p = build_prompt(tok, "12+3", "math", "chat")
+        head = f"<|im_start|>system\n{tiny.CHAT_SYSTEM}<|im_end|>\n<|im_start|>user\n12+3\n{INSTRUCTION}<|im_end|>\n"
         assert p == head + "<|im_start|>assistant\n" + ("<think>\n" if style == "think" else "")
         # --system-prompt replaces the default system turn
-        assert data.build_prompt(tok, "1+2", "math", "chat", system="Be brief.").startswith("<|im_start|>system\nBe brief.<|im_end|>")
+        assert build_prompt(tok, "1+2", "math", "chat", system="Be brief.").startswith("<|im_start|>system\nBe brief.<|im_end|>")
         ids = tok(p, add_special_tokens=False)["input_ids"]
         assert ids[0] == tok.convert_tokens_to_ids("<|im_start|>") and ids.count(im_end) == 2
         assert tok.convert_ids_to_tokens(tok("17+25", add_special_tokens=False)["input_ids"]) == list("17+25")  # digits split
@@ -118,9 +123,9 @@ def test_rl_batch_scores_the_response_and_its_end_of_turn_once(recipe, shipped):
     sampling log-prob, and the text the reward scores is those tokens decoded without the end of turn."""
     _, model, tok = shipped[recipe.style]
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
-    stops = set(rollout.stop_token_ids(tok, model.generation_config))
-    exs = data.builtin_task(6, "test", seed=3)
-    prompts = [data.build_prompt(tok, ex.prompt, "math", "chat") for ex in exs]
+    stops = set(stop_token_ids(tok, model.generation_config))
+    exs = builtin_task(6, "test", seed=3)
+    prompts = [build_prompt(tok, ex.prompt, "math", "chat") for ex in exs]
     torch.manual_seed(0)
     comps = [c for g in FastEngine(model, tok).generate(prompts, 4, SamplingParams(1.0, 1.0, 64)) for c in g]
     ended = [c for c in comps if not c.truncated]
@@ -149,8 +154,8 @@ def test_thinking_answer_is_read_after_the_thought(shipped):
     """The thinking model's responses close </think> and box the answer after it; the reward reads only that part: a
     box inside the thought is not the answer."""
     _, model, tok = shipped["think"]
-    exs = data.builtin_task(40, "test", seed=5)
-    prompts = [data.build_prompt(tok, ex.prompt, "math", "chat") for ex in exs]
+    exs = builtin_task(40, "test", seed=5)
+    prompts = [build_prompt(tok, ex.prompt, "math", "chat") for ex in exs]
     comps = [g[0] for g in FastEngine(model, tok).generate(prompts, 1, SamplingParams(0.0, 1.0, 64))]
     assert sum("</think>" in c.text for c in comps) >= 0.9 * len(comps)
     reward = MathReward(workers=0)

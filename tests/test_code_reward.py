@@ -16,10 +16,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import coding.code_difficulty as cd  # noqa: E402
 import coding.code_reward as cr  # noqa: E402
+from coding.problems import CodeDataError, load_code_problems  # noqa: E402
 from coding.sandbox import Limits  # noqa: E402
 
 FIX = os.path.join(ROOT, "fixtures", "code")
-PROBLEMS = {p["id"]: p for p in cr.load_code_problems(os.path.join(FIX, "problems.jsonl"))}
+PROBLEMS = {p["id"]: p for p in load_code_problems(os.path.join(FIX, "problems.jsonl"))}
 SHORT = Limits(timeout=0.5)  # timing-out solutions cost 0.5 s per test, not the problem's limit
 
 
@@ -119,7 +120,7 @@ def test_score_weights_and_single_level():
 def test_load_problems_and_taco_style():
     assert set(PROBLEMS) == {"fib_mod", "divisor_sum", "max_subarray", "brackets"}
     assert [t["level"] for t in PROBLEMS["fib_mod"]["tests"]] == LEVELS
-    taco = cr.load_code_problems(os.path.join(FIX, "taco_style.jsonl"))
+    taco = load_code_problems(os.path.join(FIX, "taco_style.jsonl"))
     assert taco[0]["fn_name"] is None and taco[0]["tests"][0] == {"input": "1 2\n", "output": "3\n", "level": 1}
     assert taco[1]["fn_name"] == "reverse_list" and taco[1]["tests"][0]["input"] == "[[1, 2, 3]]"
     rewards = cr.code_reward(["```python\na, b = map(int, input().split())\nprint(a + b)\n```",
@@ -139,8 +140,8 @@ def test_load_problems_and_taco_style():
 def test_load_errors_name_file_line_field(tmp_path, line, message):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"question": "ok", "tests": [{"input": "", "output": ""}]}\n' + line + "\n")
-    with pytest.raises(cr.CodeDataError) as e:
-        cr.load_code_problems(str(path))
+    with pytest.raises(CodeDataError) as e:
+        load_code_problems(str(path))
     assert str(e.value).startswith(f"{path}:2: ") and message in str(e.value)
 
 
@@ -216,7 +217,7 @@ def test_difficulty_script_end_to_end(tmp_path):
     subprocess.run([sys.executable, "-m", "coding.code_difficulty", "--problems", str(probs_path),
                     "--solutions", str(sols_path), "--levels", "3", "--out", str(out_path), "--no-progress"],
                    check=True, capture_output=True, cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=ROOT))
-    out = cr.load_code_problems(str(out_path))
+    out = load_code_problems(str(out_path))
     # max_subarray: pass rates 1 x5, 0.5 x2 -> two levels (ties kept together)
     assert out[0]["test_pass_rates"] == [1, 1, 1, 1, 1, 0.5, 0.5]
     assert [t["level"] for t in out[0]["tests"]] == [1, 1, 1, 1, 1, 2, 2] == out[0]["test_levels"]

@@ -1,4 +1,4 @@
-"""The built-in code task (data.builtin_code_task), graded for real in the sandbox, and --stages (Ring-lite's math ->
+"""The built-in code task (tasks/piecewise.py), graded for real in the sandbox, and --stages (Ring-lite's math ->
 code RL in one run).
 
 Run:  python -m pytest -q tests/test_code_task.py
@@ -9,32 +9,34 @@ import os
 import pytest
 
 import config
-import data
 import train
 from coding.code_reward import code_reward, grade
+from tasks.addition import builtin_task
+from tasks.load import load_dataset
+from tasks.piecewise import builtin_code_task, partial_program
 from trainer import samplers
 from trainer import setup as trainer_setup
 from trainer import stages
 
 
 def test_deterministic_disjoint_and_levelled():
-    a, b = data.builtin_code_task(300, seed=2), data.builtin_code_task(300, seed=2)
+    a, b = builtin_code_task(300, seed=2), builtin_code_task(300, seed=2)
     assert [e.prompt for e in a] == [e.prompt for e in b] and [e.answer for e in a] == [e.answer for e in b]
-    assert [e.prompt for e in a] != [e.prompt for e in data.builtin_code_task(300, seed=3)]
-    test = data.builtin_code_task(200, "test")
+    assert [e.prompt for e in a] != [e.prompt for e in builtin_code_task(300, seed=3)]
+    test = builtin_code_task(200, "test")
     assert len({e.prompt for e in test}) == 200 and not {e.prompt for e in test} & {e.prompt for e in a}
     assert {e.level for e in a} == {1, 2, 3}
     for e in a:
         levels = [t["level"] for t in e.answer["tests"]]
         assert levels == sorted(levels) and set(levels) == set(range(1, e.level + 1)) and len(levels) == 2 * e.level
         assert e.prompt.count("; if n") == e.level - 1 and e.meta == {"kind": "code"}
-    assert data.load_dataset("builtin-code", "test", n=5)[0].prompt == test[0].prompt
-    assert data.load_dataset("builtin", "test", n=5, schema="code")[0].prompt == test[0].prompt
+    assert load_dataset("builtin-code", "test", n=5)[0].prompt == test[0].prompt
+    assert load_dataset("builtin", "test", n=5, schema="code")[0].prompt == test[0].prompt
 
 
 def test_hand_checked_problem():
     """One problem worked by hand: 'Read n. Print n-8; if n>69 print n*2+3; if n<16 print n+1.' (test split, seed 0)."""
-    ex = next(e for e in data.builtin_code_task(200, "test") if e.level == 3)
+    ex = next(e for e in builtin_code_task(200, "test") if e.level == 3)
     # recompute every expected output from the statement's text alone
     text = ex.prompt[len("Read n. Print "):-1]
     clauses = text.split("; if ")
@@ -50,7 +52,7 @@ def test_hand_checked_problem():
 
 @pytest.fixture(scope="module")
 def problems():
-    return [e for e in data.builtin_code_task(60, "train", seed=4)][:9]
+    return [e for e in builtin_code_task(60, "train", seed=4)][:9]
 
 
 def test_solutions_pass_partial_programs_pass_level_one(problems):
@@ -59,19 +61,19 @@ def test_solutions_pass_partial_programs_pass_level_one(problems):
     for ex in problems:
         full = grade(ex.solution, ex.answer, "soft")
         assert full.reward == 1.0 and all(full.passed), ex.prompt
-        part = grade(data.partial_program(ex), ex.answer, "soft", early_stop=False)
+        part = grade(partial_program(ex), ex.answer, "soft", early_stop=False)
         assert part.passed[:2] == [True, True]
         if ex.level == 1:
             assert part.reward == 1.0
         elif not any(part.passed[2:]):
             assert part.reward == pytest.approx(1 / ex.level)
-            assert grade(data.partial_program(ex), ex.answer, "strict").reward == pytest.approx(1 / ex.level)
+            assert grade(partial_program(ex), ex.answer, "strict").reward == pytest.approx(1 / ex.level)
 
 
 def test_strict_and_soft_differ_on_a_wrong_threshold():
     """A level-2 problem whose program tests n > hi+1 instead of n > hi: it fails the threshold test of level 2 and
     passes the other. Hand-computed with S_l = 1/2: soft = 1/2 + 1/2 * 1/2 = 0.75, strict = 1/2 (level 2 not whole)."""
-    ex = next(e for e in data.builtin_code_task(100, "train", seed=1) if e.level == 2 and "n>" in e.prompt)
+    ex = next(e for e in builtin_code_task(100, "train", seed=1) if e.level == 2 and "n>" in e.prompt)
     hi = int(ex.prompt.split("n>")[1].split(" ")[0])
     wrong = ex.solution.replace(f"n>{hi}", f"n>{hi + 1}")
     assert grade(wrong, ex.answer, "soft", early_stop=False).passed == [True, True, False, True]
@@ -85,13 +87,13 @@ def test_code_reward_runs_each_distinct_program_once(problems, monkeypatch):
     import coding.code_reward as cr
 
     ex = problems[1]
-    comps = [ex.solution, data.partial_program(ex), ex.solution, "no code", ex.solution, data.partial_program(ex)]
+    comps = [ex.solution, partial_program(ex), ex.solution, "no code", ex.solution, partial_program(ex)]
     alone = [grade(c, ex.answer, "soft").reward for c in comps]
     calls = []
     real = cr.grade
     monkeypatch.setattr(cr, "grade", lambda c, *a, **k: calls.append(c) or real(c, *a, **k))
     assert code_reward(comps, [ex.answer] * len(comps), "soft", workers=2) == alone
-    assert sorted(calls) == sorted({ex.solution, data.partial_program(ex), "no code"})
+    assert sorted(calls) == sorted({ex.solution, partial_program(ex), "no code"})
     other = problems[2]  # the same program for another problem is another run
     calls.clear()
     code_reward([ex.solution, ex.solution], [ex.answer, other.answer], "soft", workers=1)
@@ -171,7 +173,7 @@ def test_train_problems_and_drop_solved(monkeypatch):
 
     cfg = config.parse_config(["--train-problems", "6", "--drop-solved"])
     (_, sets, _) = trainer_setup.load_inputs(cfg)
-    assert len(sets[0][0]) == 6 and sets[0][0][0].prompt == data.builtin_task(6, "train", seed=0)[0].prompt
+    assert len(sets[0][0]) == 6 and sets[0][0][0].prompt == builtin_task(6, "train", seed=0)[0].prompt
     s = samplers.make_sampler(cfg, sets[0][0])
     assert isinstance(s, resample.EasyPool) and s.alpha == 0 and not s.refresh
     first = s.sample(6)

@@ -11,8 +11,12 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import data
-from tools import tiny
 from data import DataError
+from tasks.addition import LEVELS, builtin_task, worked_solution
+from tasks.load import load_dataset
+from tasks.split import split_of
+from tasks.templates import INSTRUCTION, build_prompt
+from tools import tiny
 
 FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "math")
 
@@ -77,8 +81,8 @@ def test_graded_keeps_difficulty_and_pass_rate():
 
 
 def test_load_dataset_dispatch_and_truncation():
-    assert [e.answer for e in data.load_dataset(fx("gsm8k.jsonl"), n=2)] == ["66", "1234"]
-    assert len(data.load_dataset("builtin", split="test", n=7)) == 7
+    assert [e.answer for e in load_dataset(fx("gsm8k.jsonl"), n=2)] == ["66", "1234"]
+    assert len(load_dataset("builtin", split="test", n=7)) == 7
 
 
 def test_forced_schema():
@@ -160,7 +164,7 @@ def test_missing_file_unsupported_extension_empty_file(tmp_path):
 # ------------------------------------------------------------------------------------------------
 def _check_problem(ex):
     ops = [int(x) for x in ex.prompt.split("+")]
-    assert len(ops) == data.LEVELS[ex.level] == ex.level + 1
+    assert len(ops) == LEVELS[ex.level] == ex.level + 1
     assert 1 <= ops[0] <= 99 and all(1 <= x <= 9 for x in ops[1:])
     assert ex.answer == str(sum(ops))
     assert ex.solution.endswith(f"\\boxed{{{ex.answer}}}")
@@ -174,26 +178,26 @@ def _check_problem(ex):
 
 
 def test_worked_solution_by_hand():
-    assert data.worked_solution([17, 25, 9]) == "17+25=42 42+9=51 \\boxed{51}"
+    assert worked_solution([17, 25, 9]) == "17+25=42 42+9=51 \\boxed{51}"
 
 
 def test_builtin_deterministic_and_seeded():
-    a = data.builtin_task(200, seed=3)
-    b = data.builtin_task(200, seed=3)
-    c = data.builtin_task(200, seed=4)
+    a = builtin_task(200, seed=3)
+    b = builtin_task(200, seed=3)
+    c = builtin_task(200, seed=4)
     assert [(e.prompt, e.answer, e.level) for e in a] == [(e.prompt, e.answer, e.level) for e in b]
     assert [e.prompt for e in a] != [e.prompt for e in c]
-    assert data.builtin_task(50, split="test", seed=3)[0].prompt == data.builtin_task(50, split="test", seed=3)[0].prompt
+    assert builtin_task(50, split="test", seed=3)[0].prompt == builtin_task(50, split="test", seed=3)[0].prompt
 
 
 def test_builtin_splits_disjoint_and_well_formed():
-    train = data.builtin_task(20000, split="train", seed=0)
-    test = data.builtin_task(500, split="test", seed=0)
-    test_other_seed = data.builtin_task(500, split="test", seed=1)
+    train = builtin_task(20000, split="train", seed=0)
+    test = builtin_task(500, split="test", seed=0)
+    test_other_seed = builtin_task(500, split="test", seed=1)
     tr = {e.prompt for e in train}
     assert not tr & {e.prompt for e in test} and not tr & {e.prompt for e in test_other_seed}
     assert len({e.prompt for e in test}) == len(test) == 500  # held-out split has no duplicates
-    assert all(data.split_of(e.prompt) == "test" for e in test)
+    assert all(split_of(e.prompt) == "test" for e in test)
     assert {e.level for e in train} == {e.level for e in test} == {1, 2, 3, 4, 5}
     for e in train[:2000] + test:
         _check_problem(e)
@@ -201,9 +205,9 @@ def test_builtin_splits_disjoint_and_well_formed():
 
 def test_builtin_errors():
     with pytest.raises(DataError, match="split"):
-        data.builtin_task(5, split="val")
+        builtin_task(5, split="val")
     with pytest.raises(DataError, match="cannot draw"):  # level 1 has 891 problems, ~180 of them held out
-        data.builtin_task(1000, split="test", levels=(1,))
+        builtin_task(1000, split="test", levels=(1,))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -238,17 +242,17 @@ def test_build_prompt_chat_template():
     tok = tiny.build_tokenizer()
     tok.chat_template = CHAT
     q = "What is \\frac{1}{2} + {x}?"
-    assert data.build_prompt(tok, q) == f"<|user|>{q}\n{data.INSTRUCTION}\n<|assistant|>"
+    assert build_prompt(tok, q) == f"<|user|>{q}\n{INSTRUCTION}\n<|assistant|>"
 
 
 def test_build_prompt_plain():
     tok = tiny.build_tokenizer()
     assert not getattr(tok, "chat_template", None)
     q = "What is \\frac{1}{2} + {x}?"  # braces in the question survive (no str.format)
-    assert data.build_prompt(tok, q) == (
+    assert build_prompt(tok, q) == (
         f"Question: {q}\nPlease reason step by step, and put your final answer within \\boxed{{}}.\nAnswer: "
     )
-    assert data.build_prompt(None, "1+2") == "Question: 1+2\n" + data.INSTRUCTION + "\nAnswer: "
+    assert build_prompt(None, "1+2") == "Question: 1+2\n" + INSTRUCTION + "\nAnswer: "
 
 
 def test_math_level_strings():

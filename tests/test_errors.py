@@ -1,6 +1,6 @@
 """Bad input ends in one `error:` line naming what and where, exit code 2, no traceback, nothing written.
 
-Each case runs a script's entry point through `data.cli` (what `python train.py ...` runs) and reads stderr;
+Each case runs a script's entry point through `tools.cli.cli` (what `python train.py ...` runs) and reads stderr;
 one case runs `python train.py` in a subprocess to check the exit code end to end.
 Run:  python -m pytest -q tests/test_errors.py        (~20 s)
 """
@@ -11,17 +11,17 @@ import sys
 
 import pytest
 
-import data
 import evaluate
-from tools import grade
 import train
+from tools import grade
+from tools.cli import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(ROOT, "fixtures")
 
 
 def run_cli(main, argv, capsys):
-    code = data.cli(main, argv)
+    code = cli(main, argv)
     err = capsys.readouterr().err
     return code, err
 

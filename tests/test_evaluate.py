@@ -15,6 +15,7 @@ import data
 import evaluate
 import reward
 from rollout import Completion, SamplingParams
+from tasks.templates import build_prompt
 
 
 # ------------------------------------------------------------------------------------------------
@@ -120,7 +121,7 @@ def test_avg_and_pass_at_k(result):
 def test_engine_calls_and_samples(result):
     res, engine = result
     (p1, n1, s1), (p2, n2, s2) = engine.calls
-    assert p1 == p2 == [data.build_prompt(None, ex.prompt) for ex in EXAMPLES]
+    assert p1 == p2 == [build_prompt(None, ex.prompt) for ex in EXAMPLES]
     assert n1 == 1 and s1 == SamplingParams(temperature=0.0, top_p=1.0, max_new_tokens=33)
     assert n2 == 4 and s2 == SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=33)
     assert res["samples"] == [

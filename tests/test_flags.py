@@ -12,9 +12,10 @@ import os
 import pytest
 
 import config
-import data
 import evaluate
 import train
+from engines.stops import read_stops
+from tools.cli import cli
 
 BAD = {  # train.py: field -> values that must be refused
     "train_problems": ["-1"], "max_steps": ["0", "-3"], "seed": ["-1"], "save_every": ["-1"], "keep_checkpoints": ["-1"],
@@ -58,7 +59,7 @@ def test_every_numeric_flag_has_bad_values():
 def test_train_refuses_a_bad_value(name, value, tmp_path, capsys):
     out = tmp_path / "run"
     flag = "--" + name.replace("_", "-")
-    code = data.cli(train.main, ["--output-dir", str(out), f"{flag}={value}"])
+    code = cli(train.main, ["--output-dir", str(out), f"{flag}={value}"])
     err = capsys.readouterr().err
     assert code == 2 and one_error_line(err, flag), (flag, value, err)
     assert not out.exists()  # nothing written
@@ -67,13 +68,13 @@ def test_train_refuses_a_bad_value(name, value, tmp_path, capsys):
 def test_train_refuses_bad_paths_and_a_missing_engine(tmp_path, capsys, monkeypatch):
     f = tmp_path / "a-file"
     f.write_text("x")
-    assert data.cli(train.main, ["--output-dir", str(f)]) == 2
+    assert cli(train.main, ["--output-dir", str(f)]) == 2
     assert one_error_line(capsys.readouterr().err, "--output-dir") and f.read_text() == "x"
     import importlib.util
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
     out = tmp_path / "run"
-    assert data.cli(train.main, ["--output-dir", str(out), "--rollout", "vllm"]) == 2
+    assert cli(train.main, ["--output-dir", str(out), "--rollout", "vllm"]) == 2
     err = capsys.readouterr().err
     assert one_error_line(err, "--rollout") and "not installed" in err and not out.exists()
 
@@ -90,10 +91,10 @@ def test_a_batch_below_the_mini_batch_default_is_one_mini_batch():
 
 
 def test_stop_reads_only_the_escapes_it_names():
-    assert data.read_stops("\\boxed") == ("\\boxed",)  # not a backspace and 'oxed'
-    assert data.read_stops("</answer>||\\nUser:||a\\tb||\\\\n") == ("</answer>", "\nUser:", "a\tb", "\\n")
+    assert read_stops("\\boxed") == ("\\boxed",)  # not a backspace and 'oxed'
+    assert read_stops("</answer>||\\nUser:||a\\tb||\\\\n") == ("</answer>", "\nUser:", "a\tb", "\\n")
     assert config.parse_config(["--stop", "\\boxed{||\\n\\n"]).stops == ("\\boxed{", "\n\n")
-    assert data.read_stops("") == ()
+    assert read_stops("") == ()
 
 
 EVALUATE_BAD = [("--eval-problems", "-5"), ("--samples", "-1"), ("--temperature", "0"), ("--temperature", "nan"),
@@ -104,7 +105,7 @@ EVALUATE_BAD = [("--eval-problems", "-5"), ("--samples", "-1"), ("--temperature"
 @pytest.mark.parametrize("flag,value", EVALUATE_BAD)
 def test_evaluate_refuses_a_bad_value(flag, value, tmp_path, capsys):
     out = tmp_path / "res.json"
-    code = data.cli(evaluate.main, [f"{flag}={value}", "--out", str(out)])
+    code = cli(evaluate.main, [f"{flag}={value}", "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and one_error_line(err, flag), err
     assert not out.exists()
@@ -113,9 +114,9 @@ def test_evaluate_refuses_a_bad_value(flag, value, tmp_path, capsys):
 def test_evaluate_refuses_bad_paths(tmp_path, capsys):
     f = tmp_path / "a-file"
     f.write_text("x")
-    assert data.cli(evaluate.main, ["--model", str(f)]) == 2
+    assert cli(evaluate.main, ["--model", str(f)]) == 2
     assert one_error_line(capsys.readouterr().err, "--model")
-    assert data.cli(evaluate.main, ["--out", str(tmp_path)]) == 2
+    assert cli(evaluate.main, ["--out", str(tmp_path)]) == 2
     assert one_error_line(capsys.readouterr().err, "--out")
 
 
@@ -131,7 +132,7 @@ def test_grade_refuses_a_bad_value(flag, value, tmp_path, capsys):
     from tools import grade
 
     out = tmp_path / "graded.jsonl"
-    code = data.cli(grade.main, ["grade", "--data", "builtin", "--out", str(out), f"{flag}={value}"])
+    code = cli(grade.main, ["grade", "--data", "builtin", "--out", str(out), f"{flag}={value}"])
     err = capsys.readouterr().err
     assert code == 2 and one_error_line(err, flag), err
     assert not out.exists() and not os.path.exists(str(out) + ".partial.jsonl")
@@ -141,7 +142,7 @@ def test_grade_refuses_a_bad_value(flag, value, tmp_path, capsys):
 def test_tiny_refuses_a_bad_value(flag, value, tmp_path, capsys):
     from tools import tiny
 
-    code = data.cli(tiny.main, ["--cache-dir", str(tmp_path / "cache"), f"{flag}={value}"])
+    code = cli(tiny.main, ["--cache-dir", str(tmp_path / "cache"), f"{flag}={value}"])
     err = capsys.readouterr().err
     assert code == 2 and one_error_line(err, flag), err
     assert not (tmp_path / "cache").exists()
@@ -151,9 +152,9 @@ def test_lora_merge_refuses_bad_paths(tmp_path, capsys):
     from trainer import lora
 
     out = tmp_path / "merged"
-    assert data.cli(lora.main, ["--merge", str(tmp_path), "--out", str(out)]) == 2
+    assert cli(lora.main, ["--merge", str(tmp_path), "--out", str(out)]) == 2
     assert one_error_line(capsys.readouterr().err, "--merge") and not out.exists()
-    assert data.cli(lora.main, ["--merge", str(tmp_path)]) == 2  # argparse: one line, not usage + message
+    assert cli(lora.main, ["--merge", str(tmp_path)]) == 2  # argparse: one line, not usage + message
     assert one_error_line(capsys.readouterr().err, "--out")
 
 

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import data
-import rollout
+from engines.hf import FastEngine, HFEngine
 from rollout import SamplingParams
+from tasks.addition import builtin_task
+from tasks.templates import build_prompt
 from trainer.setup import make_optimizer
 
 CUDA = torch.cuda.is_available()
@@ -40,9 +41,9 @@ def _sample(engine, prompts, n, params, seed=11):
 def test_check_every_k_gives_hf_samples(trained_model_path, k, params):
     """Same seed, same samples, the random stream left in the same state, with the host check every k tokens."""
     tok, model = _model(trained_model_path)
-    prompts = [data.build_prompt(tok, ex.prompt) for ex in data.builtin_task(6, split="train", seed=3)]
-    hf = _sample(rollout.HFEngine(model, tok, max_batch=20), prompts, 8, params)
-    fast = rollout.FastEngine(model, tok, max_batch=20)
+    prompts = [build_prompt(tok, ex.prompt) for ex in builtin_task(6, split="train", seed=3)]
+    hf = _sample(HFEngine(model, tok, max_batch=20), prompts, 8, params)
+    fast = FastEngine(model, tok, max_batch=20)
     fast.check_every = k
     got = _sample(fast, prompts, 8, params)
     assert got[0] == hf[0] and torch.equal(got[1], hf[1])
@@ -55,11 +56,11 @@ def test_check_every_k_with_stop_strings_and_progress(trained_model_path):
     """A stop string completed between two checks ends the row where it completes; the progress callback still
     reports every row once; log-probs as at k = 1 to float rounding (the batch holds other rows when they run)."""
     tok, model = _model(trained_model_path)
-    prompts = [data.build_prompt(tok, ex.prompt) for ex in data.builtin_task(6, split="train", seed=3)]
+    prompts = [build_prompt(tok, ex.prompt) for ex in builtin_task(6, split="train", seed=3)]
     params = SamplingParams(1.0, 1.0, 40, stop=("{",))
     res = {}
     for k in (1, 16):
-        eng = rollout.FastEngine(model, tok)
+        eng = FastEngine(model, tok)
         eng.check_every = k
         seen = []
         eng.progress = lambda rows: seen.extend(r for r, _ in rows)
@@ -112,11 +113,11 @@ def test_fast_engine_on_cuda(trained_model_path, k):
     from trainer.logprobs import response_logprobs
 
     tok, model = _model(trained_model_path, "cuda")
-    prompts = [data.build_prompt(tok, ex.prompt) for ex in data.builtin_task(4, split="train", seed=4)]
-    fast = rollout.FastEngine(model, tok)
+    prompts = [build_prompt(tok, ex.prompt) for ex in builtin_task(4, split="train", seed=4)]
+    fast = FastEngine(model, tok)
     fast.check_every = k
     greedy = SamplingParams(0.0, 1.0, 40)
-    assert _sample(fast, prompts, 1, greedy)[0] == _sample(rollout.HFEngine(model, tok), prompts, 1, greedy)[0]
+    assert _sample(fast, prompts, 1, greedy)[0] == _sample(HFEngine(model, tok), prompts, 1, greedy)[0]
     torch.manual_seed(0)
     comps = [c for g in fast.generate(prompts, 4, SamplingParams(1.0, 1.0, 40)) for c in g]
     p_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts for _ in range(4)]

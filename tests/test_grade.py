@@ -12,9 +12,14 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import data
-from tools import grade
+import tools.cli
+from coding.problems import load_code_dataset
 from reward import MathReward
 from rollout import Completion, Engine
+from tasks.load import load_dataset
+from tasks.piecewise import builtin_code_task, partial_program
+from tasks.templates import build_prompt
+from tools import grade
 
 FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "grade")
 N = 64  # samples per problem
@@ -46,7 +51,7 @@ class StubEngine(Engine):
     """
 
     def __init__(self, examples, probs, fail_after=None):
-        self.by_prompt = {data.build_prompt(None, ex.prompt): (ex.answer, p) for ex, p in zip(examples, probs)}
+        self.by_prompt = {build_prompt(None, ex.prompt): (ex.answer, p) for ex, p in zip(examples, probs)}
         self.fail_after, self.calls, self.prompts_seen = fail_after, 0, 0
 
     def count(self, prompts):
@@ -178,7 +183,7 @@ def test_written_file_reads_back(tmp_path):
     out = tmp_path / "graded.jsonl"
     cli(out)
     assert not os.path.exists(str(out) + ".partial.jsonl")  # sidecar removed once the output is written
-    back = data.load_dataset(str(out))
+    back = load_dataset(str(out))
     raw = read_jsonl(out)
     _, probs = fixture_problems()
     assert len(back) == 20
@@ -190,7 +195,7 @@ def test_written_file_reads_back(tmp_path):
     # Parquet by extension, same content
     pq_out = tmp_path / "graded.parquet"
     cli(pq_out)
-    assert [(e.prompt, e.level, e.pass_rate) for e in data.load_dataset(str(pq_out))] == \
+    assert [(e.prompt, e.level, e.pass_rate) for e in load_dataset(str(pq_out))] == \
         [(e.prompt, e.level, e.pass_rate) for e in back]
 
 
@@ -276,7 +281,7 @@ def test_other_schemas_become_plain(tmp_path):
     assert rows[2]["extra_info"] == {"index": "x"} and "reward_model" not in rows[2] and rows[2]["data_source"] == "math_dapo"
     assert rows[3]["source_difficulty"] == 2  # a source rating is kept under another name
     assert [r["pass_rate"] for r in rows] == [1.0, 0.0, 1.0, 0.0]
-    assert [e.level for e in data.load_dataset(str(out))] == [2, 4, 2, 4]
+    assert [e.level for e in load_dataset(str(out))] == [2, 4, 2, 4]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -292,11 +297,11 @@ def fenced(program):
 class ScriptedEngine(StubEngine):
     """Known completions: prompt -> the list of texts returned for it (sample j gets texts[j % len(texts)]).
 
-    Keyed by the code prompt (data.build_prompt(..., "code")), so a math prompt finds nothing. `fail_after` as in
+    Keyed by the code prompt (templates.build_prompt(..., "code")), so a math prompt finds nothing. `fail_after` as in
     StubEngine."""
 
     def __init__(self, script, fail_after=None):
-        self.script = {data.build_prompt(None, q, "code"): texts for q, texts in script.items()}
+        self.script = {build_prompt(None, q, "code"): texts for q, texts in script.items()}
         self.fail_after, self.calls, self.prompts_seen = fail_after, 0, 0
 
     def generate(self, prompts, n, params):
@@ -305,7 +310,7 @@ class ScriptedEngine(StubEngine):
 
 
 # six built-in code problems (seed 0): their levels (number of clauses), and 4 scripted samples each:
-# S = the problem's own solution, P = data.partial_program (base formula only), N = no code, T = an unterminated block
+# S = the problem's own solution, P = piecewise.partial_program (base formula only), N = no code, T = an unterminated block
 CODE_LEVELS = [1, 3, 3, 2, 2, 1]
 CODE_SCRIPT = ["PPPP", "SSSS", "SSSP", "SSPP", "SPNT", "PPNT"]
 # P passes a one-clause problem (it is the solution) and fails the others; N and T never run
@@ -316,9 +321,9 @@ CODE_DIFFICULTY = [1, 1, 3, 4, 5, 4]
 
 
 def code_engine(fail_after=None):
-    exs = data.builtin_code_task(6, seed=0)
+    exs = builtin_code_task(6, seed=0)
     assert [ex.level for ex in exs] == CODE_LEVELS
-    kinds = lambda ex: {"S": ex.solution, "P": data.partial_program(ex), "N": "print it, I think",
+    kinds = lambda ex: {"S": ex.solution, "P": partial_program(ex), "N": "print it, I think",
                         "T": "```python\nn=int(input())\nprint(n"}
     return ScriptedEngine({ex.prompt: [kinds(ex)[c] for c in s] for ex, s in zip(exs, CODE_SCRIPT)}, fail_after)
 
@@ -342,23 +347,23 @@ def test_code_grading_known_pass_rates(graded_code):
     assert [r["pass_rate"] for r in rows] == CODE_PASS
     assert [r["num_samples"] for r in rows] == [4] * 6 and [r["difficulty"] for r in rows] == CODE_DIFFICULTY
     # the rows: the problem dict of the built-in task plus its own level, then the grading fields
-    exs = data.builtin_code_task(6, seed=0)
+    exs = builtin_code_task(6, seed=0)
     for r, ex in zip(rows, exs):
         assert list(r) == ["question", "tests", "fn_name", "level", "pass_rate", "num_samples", "difficulty"]
         assert {k: r[k] for k in ("question", "tests", "fn_name")} == ex.answer and r["level"] == ex.level
 
 
 def test_code_rows_read_back_with_levels(graded_code, tmp_path, capsys):
-    back = data.load_dataset(str(graded_code), schema="code")  # what train.py --reward code reads
+    back = load_dataset(str(graded_code), schema="code")  # what train.py --reward code reads
     assert [ex.level for ex in back] == CODE_DIFFICULTY and [ex.pass_rate for ex in back] == CODE_PASS
-    exs = data.builtin_code_task(6, seed=0)
+    exs = builtin_code_task(6, seed=0)
     assert [ex.answer["tests"] for ex in back] == [ex.answer["tests"] for ex in exs]
     assert all(ex.meta == {"kind": "code"} for ex in back)
     # before grading, a row's `level` is read (the built-in code rows as tools/grade.py writes them, less the grading)
     ungraded = tmp_path / "ungraded.jsonl"
     write_text(ungraded, "".join(json.dumps({k: r[k] for k in ("question", "tests", "fn_name", "level")}) + "\n"
                                  for r in read_jsonl(graded_code)))
-    assert [ex.level for ex in data.load_code_dataset(str(ungraded))] == CODE_LEVELS
+    assert [ex.level for ex in load_code_dataset(str(ungraded))] == CODE_LEVELS
     # the filter subcommand takes a graded code file as it is
     kept = tmp_path / "kept.jsonl"
     grade.main(["filter", "--data", str(graded_code), "--rule", "skywork", "--out", str(kept)])
@@ -388,7 +393,7 @@ def test_code_file_rows_kept_as_read(tmp_path):
     assert [r["pass_rate"] for r in rows] == [0.5, 1.0, 0.0, 0.5] and [r["difficulty"] for r in rows] == [3, 1, 5, 3]
     for r in rows:  # the input row as read (id, time_limit, tests with their levels, fn_name), plus the grading
         assert {k: v for k, v in r.items() if k not in ("pass_rate", "num_samples", "difficulty")} == problems[r["id"]]
-    assert [ex.level for ex in data.load_code_dataset(str(out))] == [3, 1, 5, 3]
+    assert [ex.level for ex in load_code_dataset(str(out))] == [3, 1, 5, 3]
 
 
 def test_code_resume_after_interruption(graded_code, tmp_path):
@@ -408,7 +413,7 @@ def test_code_bad_input_one_error_line(tmp_path, capsys):
     good = read_text(os.path.join(CODE_FIX, "problems.jsonl")).splitlines()
 
     def error_of(*argv):
-        assert data.cli(lambda: grade.main(list(argv), engine=ScriptedEngine({}))) == 2
+        assert tools.cli.cli(lambda: grade.main(list(argv), engine=ScriptedEngine({}))) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err
         return err

@@ -132,11 +132,11 @@ def test_gpu_extra_resolves_on_linux(tmp_path):
 def test_resolve_gpu_checks_its_own_pip_first(monkeypatch, capsys):
     """pip 23.2.1 (what `python3 -m venv` brings on Python 3.11) refuses --platform in a dry run: that is the pip's
     fault, not the package set's, and the tool says so in one line before resolving anything."""
-    import data
+    from tools.cli import cli
 
     assert resolve_gpu.pip_version() >= resolve_gpu.MIN_PIP  # the test environment's own pip is new enough
     monkeypatch.setattr(resolve_gpu, "pip_version", lambda: (23, 2))
     monkeypatch.setattr(resolve_gpu, "dry_run", lambda *a: pytest.fail("resolved with a pip that cannot"))
-    assert data.cli(resolve_gpu.main, []) == 2
+    assert cli(resolve_gpu.main, []) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "pip install --upgrade pip" in err and "23.2" in err

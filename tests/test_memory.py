@@ -136,12 +136,12 @@ def _update_grad(model_path, **cfg_kw):
     """One train.update_policy call on tests/mp_step.py's fixed batch; returns (loss, flattened gradient)."""
     from accelerate import Accelerator
 
-    import rollout
+    from engines.loading import load_model
     from tests.mp_step import fixed_batch
 
     acc = Accelerator(cpu=True)
     torch.manual_seed(0)
-    model, tok = rollout.load_model(model_path, torch.float32)
+    model, tok = load_model(model_path, torch.float32)
     if cfg_kw.pop("gradient_checkpointing", False):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     opt = torch.optim.AdamW(model.parameters(), lr=0.0)
@@ -184,14 +184,15 @@ def test_bf16_adamw_loses_small_updates_fp32_master_keeps_them():
 PRECISION_DRIVER = """
 import json, sys, torch
 torch.set_num_threads(1)
-import config, rollout, train
+import config, train
+from engines.loading import load_model
 from tests.mp_step import fixed_batch
 from trainer import distributed
 policy, model_path, out = sys.argv[1:4]
 cfg = config.Config(dtype=policy, batch_size=16, group_size=4, mini_batch_size=16, micro_batch_size=4, lr=1e-6,
                    warmup_steps=1, grad_clip=1e9, output_dir=out)
 acc = distributed.make_accelerator(cfg)
-model, tok = rollout.load_model(model_path, torch.bfloat16 if distributed.precision(cfg) == "bfloat16" else torch.float32)
+model, tok = load_model(model_path, torch.bfloat16 if distributed.precision(cfg) == "bfloat16" else torch.float32)
 opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
 model, opt = acc.prepare(model, opt)
 w0 = {n: p.detach().clone() for n, p in model.named_parameters()}

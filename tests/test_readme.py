@@ -14,9 +14,9 @@ import sys
 import pytest
 
 import config
-import data
 import evaluate
 import train
+from tools.cli import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = open(os.path.join(ROOT, "README.md")).read()
@@ -40,7 +40,7 @@ def run(cmd: str, capsys) -> tuple[int, str, str]:
         args += SHORT
     capsys.readouterr()
     try:
-        code = data.cli(main, args)
+        code = cli(main, args)
     except SystemExit as e:  # --help, a finished run
         code = e.code or 0
     cap = capsys.readouterr()

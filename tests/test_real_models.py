@@ -14,7 +14,12 @@ import config
 import data
 import rollout
 import train
-from rollout import FastEngine, HFEngine, SamplingParams
+from engines.hf import FastEngine, HFEngine
+from engines.loading import load_model
+from engines.stops import finish, stop_string_end, stop_token_ids
+from rollout import SamplingParams
+from tasks.addition import builtin_task
+from tasks.templates import QWEN_MATH_SYSTEM, build_prompt, check_template, opens_thought, parse_template_kwargs
 from trainer import batches
 from trainer import logprobs
 from trainer import setup as trainer_setup
@@ -32,14 +37,14 @@ def standin(tmp_path_factory):
     def get(kind):
         if kind not in built:
             path = standins.build(kind, str(tmp_path_factory.mktemp(kind) / "model"))
-            built[kind] = (path, *rollout.load_model(path, torch.float32))
+            built[kind] = (path, *load_model(path, torch.float32))
         return built[kind]
 
     return get
 
 
 def prompts_for(tok, n=6, template="auto"):
-    return [data.build_prompt(tok, ex.prompt, template=template) for ex in data.builtin_task(n, "test")]
+    return [build_prompt(tok, ex.prompt, template=template) for ex in builtin_task(n, "test")]
 
 
 def sample(engine, prompts, n=4, seed=0, **kw):
@@ -51,7 +56,7 @@ def test_stop_token_ids_follow_each_models_conventions(standin):
     for kind, want in [("qwen2.5-base", {"<|endoftext|>", "<|im_end|>"}), ("qwen2.5-instruct", {"<|endoftext|>", "<|im_end|>"}),
                        ("llama3-instruct", {"<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"})]:
         _, model, tok = standin(kind)
-        got = set(tok.convert_ids_to_tokens(rollout.stop_token_ids(tok, model.generation_config)))
+        got = set(tok.convert_ids_to_tokens(stop_token_ids(tok, model.generation_config)))
         assert got == want, kind
     assert standin("qwen2.5-base")[2].eos_token == "<|endoftext|>"  # the base model's own EOS is not the end of turn
 
@@ -61,7 +66,7 @@ def test_base_model_responses_end_at_the_end_of_turn(standin):
     most end with <|im_end|> (the end of turn, not the tokenizer's EOS); HF generate and the fast loop give the same
     tokens although the model's generation_config has no <|im_end|>."""
     _, model, tok = standin("qwen2.5-base")
-    stops = set(rollout.stop_token_ids(tok, model.generation_config))
+    stops = set(stop_token_ids(tok, model.generation_config))
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
     fast, hf = sample(FastEngine(model, tok), prompts_for(tok)), sample(HFEngine(model, tok), prompts_for(tok))
     assert [c.token_ids for c in fast] == [c.token_ids for c in hf]
@@ -93,7 +98,7 @@ def test_stop_string_ending_inside_a_token(standin):
     got = {name: sample(E(model, tok), prompts, stop=stop) for name, E in (("fast", FastEngine), ("hf", HFEngine))}
     assert [x.token_ids for x in got["fast"]] == [x.token_ids for x in got["hf"]]
     for before, after in zip(free, got["fast"]):
-        k = rollout.stop_string_end(tok, before.token_ids, stop)
+        k = stop_string_end(tok, before.token_ids, stop)
         assert after.token_ids == (before.token_ids[:k] if k else before.token_ids)
         assert after.truncated == (k is None and before.truncated)
     cut = got["fast"][free.index(c)]
@@ -127,13 +132,13 @@ def test_templates_never_give_two_bos(standin):
     bos = tok.bos_token_id
     assert tok("a")["input_ids"][0] == bos and tok.pad_token is not None  # load_model: pad = EOS when there is none
     for template in ("chat", "plain", "r1-zero", "qwen-math"):
-        ids = tok(data.build_prompt(tok, "What is 2+3?", template=template), add_special_tokens=False)["input_ids"]
+        ids = tok(build_prompt(tok, "What is 2+3?", template=template), add_special_tokens=False)["input_ids"]
         assert ids[0] == bos and ids.count(bos) == 1, template
     qwen = standin("qwen2.5-base")[2]
-    assert qwen.bos_token is None and not data.build_prompt(qwen, "x", template="plain").startswith("<|")
-    p = data.build_prompt(qwen, "What is 2+3?", template="qwen-math")
-    assert p.startswith("<|im_start|>system\n" + data.QWEN_MATH_SYSTEM + "<|im_end|>") and "user\nWhat is 2+3?<|im_end|>" in p
-    assert data.build_prompt(qwen, "x", template="r1-zero").endswith("User: x. Assistant:")
+    assert qwen.bos_token is None and not build_prompt(qwen, "x", template="plain").startswith("<|")
+    p = build_prompt(qwen, "What is 2+3?", template="qwen-math")
+    assert p.startswith("<|im_start|>system\n" + QWEN_MATH_SYSTEM + "<|im_end|>") and "user\nWhat is 2+3?<|im_end|>" in p
+    assert build_prompt(qwen, "x", template="r1-zero").endswith("User: x. Assistant:")
 
 
 def test_template_errors_are_one_line(standin, tiny_model_path, tmp_path):
@@ -141,9 +146,9 @@ def test_template_errors_are_one_line(standin, tiny_model_path, tmp_path):
 
     tiny = AutoTokenizer.from_pretrained(tiny_model_path)  # no chat template
     with pytest.raises(SystemExit, match="^error: --template chat: the tokenizer has no chat template"):
-        data.check_template(tiny, "chat", "math")
+        check_template(tiny, "chat", "math")
     with pytest.raises(SystemExit, match="^error: --template dapo: .*math-dapo"):
-        data.check_template(standin("qwen2.5-base")[2], "dapo", "math")
+        check_template(standin("qwen2.5-base")[2], "dapo", "math")
     with pytest.raises(SystemExit, match="^error: --template: 'alpaca' is not one of"):
         config.parse_config(["--template", "alpaca"])
     with pytest.raises(SystemExit, match="^error: --max-new-tokens 5000: the model's context is 4096"):
@@ -157,7 +162,7 @@ def test_vllm_follows_the_same_rule(standin):
     pytest.importorskip("vllm")
     path, model, tok = standin("qwen2.5-base")
     engine = rollout.make_engine("vllm", model, tok, model_path=path, seed=0, max_model_len=1024)
-    stops = set(rollout.stop_token_ids(tok, model.generation_config))
+    stops = set(stop_token_ids(tok, model.generation_config))
     assert set(engine.stops) == stops
     prompts = prompts_for(tok, 4)
     comps = sample(engine, prompts, n=8)
@@ -174,7 +179,7 @@ def test_vllm_follows_the_same_rule(standin):
     assert any(standins.padded_id(model) in c.token_ids for c in comps)
     word = next(tok.decode(c.token_ids[3:5]) for c in comps if c.length > 6)
     for c in sample(engine, prompts, n=8, stop=(word,)):
-        k = rollout.stop_string_end(tok, c.token_ids, (word,))
+        k = stop_string_end(tok, c.token_ids, (word,))
         assert k is None or k == c.length  # nothing after the token that completes the string
 
 
@@ -189,10 +194,10 @@ def test_reward_is_read_from_the_responses_own_turn(standin):
     ids = enc("so the answer is \\boxed{5}.") + enc("<|im_end|>") + enc("\n<|im_start|>user\nAnd 3+4?<|im_end|>\n"
                                                                        "<|im_start|>assistant\n\\boxed{7}")
     reward = MathReward(mode="math", workers=0)
-    c = rollout.finish(tok, ids, rollout.stop_token_ids(tok, model.generation_config))
+    c = finish(tok, ids, stop_token_ids(tok, model.generation_config))
     assert not c.truncated and c.token_ids[-1] == tok.convert_tokens_to_ids("<|im_end|>") and "7" not in c.text
     assert reward([c.text, c.text], ["5", "7"])[1] == [True, False]
-    old = rollout.finish(tok, ids, [tok.eos_token_id])
+    old = finish(tok, ids, [tok.eos_token_id])
     assert old.truncated and reward([old.text], ["5"])[1] == [False]
 
 
@@ -224,7 +229,7 @@ def test_a_thought_the_prompt_opens_must_close(thinking_tok, mode):
     from reward import MathReward
 
     tok = thinking_tok("r1-distill-qwen")
-    assert data.build_prompt(tok, "What is 2+3?").endswith("<｜Assistant｜><think>\n") and data.opens_thought(tok)
+    assert build_prompt(tok, "What is 2+3?").endswith("<｜Assistant｜><think>\n") and opens_thought(tok)
     for t in (CUT_OFF, CLOSED):  # the thought tags survive decoding (they are not special tokens)
         assert tok.decode(tok(t, add_special_tokens=False)["input_ids"], skip_special_tokens=True) == t
     closed = CLOSED + ("\nAnswer: 5" if mode == "math-dapo" else "")
@@ -242,19 +247,19 @@ def test_a_thought_the_response_opens_and_qwen3_switch(thinking_tok):
     from reward import MathReward
 
     tok = thinking_tok("qwen3")
-    on = data.build_prompt(tok, "What is 2+3?")
-    off = data.build_prompt(tok, "What is 2+3?", template_kwargs={"enable_thinking": False})
+    on = build_prompt(tok, "What is 2+3?")
+    off = build_prompt(tok, "What is 2+3?", template_kwargs={"enable_thinking": False})
     assert on.endswith("<|im_start|>assistant\n") and off == on + "<think>\n\n</think>\n\n"
-    assert not data.opens_thought(tok) and not data.opens_thought(tok, template_kwargs={"enable_thinking": False})
+    assert not opens_thought(tok) and not opens_thought(tok, template_kwargs={"enable_thinking": False})
     for mode in ("math", "math-strict"):
-        r = MathReward(workers=0, mode=mode, thought_open=data.opens_thought(tok))
+        r = MathReward(workers=0, mode=mode, thought_open=opens_thought(tok))
         assert r(["<think>\n" + CUT_OFF, "<think>\n" + CLOSED, "The sum is \\boxed{5}."], ["5"] * 3)[1] == [False, True, True]
     with pytest.raises(SystemExit, match="^error: --chat-template-kwargs: not JSON"):
-        data.parse_template_kwargs("{enable_thinking: false}")
+        parse_template_kwargs("{enable_thinking: false}")
     with pytest.raises(SystemExit, match="^error: --chat-template-kwargs: must be a JSON object"):
         config.parse_config(["--chat-template-kwargs", "[1]"])
     with pytest.raises(SystemExit, match="^error: --chat-template-kwargs: --template plain is a completion template"):
-        data.check_template(tok, "plain", "math", template_kwargs={"enable_thinking": False})
+        check_template(tok, "plain", "math", template_kwargs={"enable_thinking": False})
 
 
 def test_training_and_evaluation_follow_the_prompt(thinking_tok):

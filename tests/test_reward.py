@@ -19,6 +19,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)  # for _slow_worker (the spawned pool imports it by name)
 import reward
+from verifier.equivalence import _fast, equivalent, grade, normalize
+from verifier.extract import extract, extract_answer, find_boxes
 
 
 def B(s):
@@ -209,50 +211,50 @@ def test_bad_mode():
 
 
 def test_extraction():
-    assert reward.extract("x = \\boxed{2} and y = \\boxed{3}") == ["2", "3"]
-    assert reward.extract("\\boxed{1}. Much later, after a long digression about other things: " + "x" * 80 + " \\boxed{2}") == ["2"]
-    assert reward.extract("It is \\boxed{3 \\text{ or } 5}") == ["3", "5"]
-    assert reward.extract("so $x \\le 1$ or $x \\ge 3$.\nAnswer: x \\le 1 or x \\ge 3") == ["(-\\infty,1]\\cup[3,\\infty)"]
-    assert reward.extract("**Final Answer**\n\n$120$") == ["$120$"]
-    assert reward.extract("Final Answer: The final answer is $28 \\%$. I hope it is correct.") == ["$28 \\%$"]
-    assert reward.extract("The answer is \\boxed{6") is None  # cut off inside the box: no answer
-    assert reward.extract("<think>it is 6") is None
-    assert reward.extract("nothing here") is None
-    assert reward.extract_answer("a</think>b</think>\\boxed{3}") == "3"
+    assert extract("x = \\boxed{2} and y = \\boxed{3}") == ["2", "3"]
+    assert extract("\\boxed{1}. Much later, after a long digression about other things: " + "x" * 80 + " \\boxed{2}") == ["2"]
+    assert extract("It is \\boxed{3 \\text{ or } 5}") == ["3", "5"]
+    assert extract("so $x \\le 1$ or $x \\ge 3$.\nAnswer: x \\le 1 or x \\ge 3") == ["(-\\infty,1]\\cup[3,\\infty)"]
+    assert extract("**Final Answer**\n\n$120$") == ["$120$"]
+    assert extract("Final Answer: The final answer is $28 \\%$. I hope it is correct.") == ["$28 \\%$"]
+    assert extract("The answer is \\boxed{6") is None  # cut off inside the box: no answer
+    assert extract("<think>it is 6") is None
+    assert extract("nothing here") is None
+    assert extract_answer("a</think>b</think>\\boxed{3}") == "3"
     # brace matching is linear: 10k nested braces, and \{ \} are set braces, not groups
-    assert reward.find_boxes("\\boxed{" + "{" * 10_000 + "}" * 10_000 + "}")[0][1] == 20_008
-    assert reward.find_boxes("\\boxed{\\{1,2\\}}") == [(0, 15, "\\{1,2\\}")]
-    assert reward.find_boxes("\\boxed 5 and \\fbox{6}") == [(0, 8, "5"), (13, 21, "6")]
+    assert find_boxes("\\boxed{" + "{" * 10_000 + "}" * 10_000 + "}")[0][1] == 20_008
+    assert find_boxes("\\boxed{\\{1,2\\}}") == [(0, 15, "\\{1,2\\}")]
+    assert find_boxes("\\boxed 5 and \\fbox{6}") == [(0, 8, "5"), (13, 21, "6")]
     # a box that starts where the previous one ends is a box of its own (not one nested in the first)
-    assert reward.find_boxes("\\boxed{2}\\boxed{3}") == [(0, 9, "2"), (9, 18, "3")]
-    assert reward.extract("So $\\boxed{2}\\boxed{3}$.") == ["2", "3"]
+    assert find_boxes("\\boxed{2}\\boxed{3}") == [(0, 9, "2"), (9, 18, "3")]
+    assert extract("So $\\boxed{2}\\boxed{3}$.") == ["2", "3"]
 
 
 def test_hedge_needs_every_value_to_agree():
     """A repeated value is one answer only when ALL the parts agree: one different value among three is a hedge."""
-    assert reward.grade(["6", "6"], "6") and reward.grade(["6", "6", "6"], "6")
-    assert not reward.grade(["6", "6", "7"], "6") and not reward.grade(["6", "7", "6"], "6")
+    assert grade(["6", "6"], "6") and grade(["6", "6", "6"], "6")
+    assert not grade(["6", "6", "7"], "6") and not grade(["6", "7", "6"], "6")
     assert not reward.check("It is \\boxed{6}, \\boxed{6} or \\boxed{7}.", "6").correct
-    assert reward.grade(["2", "-2"], "\\pm 2")  # together the gold answer: not a hedge
+    assert grade(["2", "-2"], "\\pm 2")  # together the gold answer: not a hedge
 
 
 def test_issue_40_kinds():
     """Thousands with LaTeX thin spaces, a currency sign after the number, a decimal comma on an answer line written as
     a sentence, and a box the math closed before the box did; the near misses still wrong."""
     ok = lambda completion, gold: reward.check(completion, gold).correct  # noqa: E731
-    assert reward.normalize("11,\\! 111,\\! 100") == "11111100" and reward.normalize("1,\\!000") == "1000"
+    assert normalize("11,\\! 111,\\! 100") == "11111100" and normalize("1,\\!000") == "1000"
     assert ok("So the count is $\\boxed{11,\\! 111,\\! 100}$.", "11111100")
     assert not ok("So the count is $\\boxed{11,\\! 111,\\! 100}$.", "11111000")
     assert not ok("So the total is $\\boxed{12,\\! 345}$.", "12.345")  # thousands, not a decimal comma
-    assert reward.normalize("12 €") == "12" and reward.normalize("12,50\\$") == "12,50"
+    assert normalize("12 €") == "12" and normalize("12,50\\$") == "12,50"
     assert ok("So the answer is 12 €.", "12") and ok("Answer: 12,50 €", "12.5")
     assert ok("Answer: She pays 12,50 euros in total.", "12.5") and not ok("Answer: She pays 12,50 euros in total.", "1250")
     assert ok("Final answer: the price is 7,5.", "7.5") and not ok("Final answer: the price is 7,5 €.", "75")
     assert not ok("Answer: either 3 or 5", "3") and not ok("Answer: The total cost is 12 € or maybe 13 €.", "12")  # hedges
-    assert reward.find_boxes("so $\\boxed{\\frac{1}{2}$, done") == [(4, 22, "\\frac{1}{2}")]
+    assert find_boxes("so $\\boxed{\\frac{1}{2}$, done") == [(4, 22, "\\frac{1}{2}")]
     assert ok("so the answer is $\\boxed{5$.", "5") and not ok("so the answer is $\\boxed{5$.", "6")
-    assert reward.extract("so the answer is $\\boxed{\\frac{1}{") is None  # cut off inside the box: still no answer
-    assert reward.extract("so $\\boxed{5\nand then $x$") is None  # no `$` on the box's line: unfinished
+    assert extract("so the answer is $\\boxed{\\frac{1}{") is None  # cut off inside the box: still no answer
+    assert extract("so $\\boxed{5\nand then $x$") is None  # no `$` on the box's line: unfinished
 
 
 def test_truncated_response_has_no_prose_answer():
@@ -261,7 +263,7 @@ def test_truncated_response_has_no_prose_answer():
     ok = lambda completion, gold: reward.check(completion, gold).correct  # noqa: E731
     assert not ok("We need $3 + 4 = 7$ and then we multiply the result by the number of", "7")
     assert not ok("First compute $3 + 4 = 7$. Then multiply by", "7")
-    assert reward.extract("First compute $3 + 4 = 7$. Then multiply by") is None
+    assert extract("First compute $3 + 4 = 7$. Then multiply by") is None
     assert ok("First compute $3 + 4 = 7$.", "7") and ok("So the total is **7**.", "7") and ok("It is 7!", "7")
     assert ok("So the sum is $3 + 4 = 7.$", "7") and ok("(So the total is 7.)", "7")
     assert ok("So $3 + 4 = \\boxed{7}$. Let me double-check: $3 + 4 =", "7")  # the box came before the cut
@@ -271,7 +273,7 @@ def test_truncated_response_has_no_prose_answer():
 def test_normalisations_of_answers_graders_accept():
     """Decimal commas, currency, e-notation, percents of a percent question, every real number in words, inequalities
     reversed or negated: each one as a careful grader reads it, and the near misses still wrong."""
-    n, eq = reward.normalize, reward.equivalent
+    n, eq = normalize, equivalent
     assert eq("3,5", "3.5") and eq("3,5", "\\frac{7}{2}") and eq("0,75", "0.75") and not eq("3,5", "35")
     assert eq("3,5", "5, 3") and not eq("1,500", "1.5") and eq("1,500", "1500")  # a list gold; thousands stay thousands
     assert not reward.check("The solutions are $x = \\boxed{1,5}$.", "1.5").correct  # announced as several: a list
@@ -293,7 +295,7 @@ def test_normalisations_of_answers_graders_accept():
 
 
 def test_normalisations():
-    n = reward.normalize
+    n = normalize
     assert n("1\\,234\\,567") == "1234567" and n("1{,}234") == "1234" and n("1 000") == "1000"
     assert n("1,5") == "1,5"  # a list, not one and a half
     assert n("0.1\\overline{6}") == "\\frac{1}{6}" and n("0.\\overline{142857}") == "\\frac{1}{7}"
@@ -386,7 +388,7 @@ def test_time_bound_in_pool():
     r = reward.MathReward(wrong_reward=-1.0, timeout=1.0, workers=2, check_fn=_slow_worker.work)
     try:
         r.warm()
-        spare = r._spare.proc.pid
+        spare = r.pool.spare.proc.pid
         bad = [TOWER, (B("3^{3^{20}}"), "7"), (B("1/2") + _slow_worker.HANG, "0.5"),
                ("\\boxed{" + "{" * 10_000 + "1" + "}" * 10_000 + "}", "2"), ("Let us think. " * 75_000 + "\\boxed{3/4}", "0.75")]
         good = [(B("\\frac{1}{2}"), "0.5"), ("Answer: 1\\,234", "1234"), (B("0.3"), "0.5"), (B("x > 3"), "(3,\\infty)"),
@@ -400,7 +402,7 @@ def test_time_bound_in_pool():
         assert max(x.seconds for x in v) <= 1.0 + 0.5, [round(x.seconds, 2) for x in v]
         # 3 timeouts on 2 workers: two rounds of one timeout, plus the honest work
         assert wall < 2 * (1.0 + 0.5) + 3.0, wall
-        assert spare in [w.proc.pid for w in r._pool]  # the hung worker was killed and the spare took its place
+        assert spare in [w.proc.pid for w in r.pool.workers]  # the hung worker was killed and the spare took its place
         rewards, correct, metrics = r(comps, golds)
         assert rewards == [1.0 if c else -1.0 for c in correct] and metrics == {"reward/timeouts": 3}
         # the workers give the in-process verdicts on the whole CASES table (a timeout that is no test's subject)
@@ -411,11 +413,11 @@ def test_time_bound_in_pool():
 
 
 def test_integer_fast_path_agrees_with_math_verify():
-    """Plain integers are compared without math-verify (reward._fast); on integer pairs its verdict is math-verify's,
-    and scoring them starts no worker process."""
+    """Plain integers are compared without math-verify (verifier.equivalence._fast); on integer pairs its verdict is
+    math-verify's, and scoring them starts no worker process."""
     from math_verify import parse, verify
 
-    from reward import MathReward, _fast
+    from reward import MathReward
 
     pairs = [("57", "58"), ("58", "58"), ("007", "7"), ("-3", "3"), ("+4", "4"), ("-0", "0"), ("10", "1"),
              ("123456789012345678901234567890", "123456789012345678901234567891"), ("12", " 12 ")]
@@ -426,15 +428,16 @@ def test_integer_fast_path_agrees_with_math_verify():
         assert _fast(pred, gold) is None  # left to math-verify
     r = MathReward(workers=1)
     rewards, correct, _ = r(["so \\boxed{57}", "\\boxed{58}", "no box", "9+4=13 13+5=18 \\boxed{18}"], ["58", "58", "58", "18"])
-    assert correct == [False, True, False, True] and r._pool == []
+    assert correct == [False, True, False, True] and r.pool.workers == []
     r.close()
 
 
 def test_dapo_prompt_asks_for_what_math_dapo_reads():
-    """data.py's DAPO template asks for the last line "Answer: ..."; a completion that obeys scores under math-dapo."""
-    import data
+    """The DAPO template (tasks/templates.py) asks for the last line "Answer: ..."; a completion that obeys scores
+    under math-dapo."""
+    from tasks.templates import build_prompt
 
-    p = data.build_prompt(None, "What is \\frac{1}{2} + {x}?", kind="math-dapo")
+    p = build_prompt(None, "What is \\frac{1}{2} + {x}?", kind="math-dapo")
     assert p.startswith("Solve the following math problem step by step.") and "What is \\frac{1}{2} + {x}?" in p
     assert 'Remember to put your answer on its own line after "Answer:".' in p
     r = reward.MathReward(1.0, -1.0, workers=0, mode="math-dapo")

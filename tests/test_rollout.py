@@ -11,10 +11,12 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import data
 import rollout
-from tools import tiny
+from engines.hf import FastEngine, HFEngine
 from rollout import SamplingParams
+from tasks.addition import builtin_task
+from tasks.templates import INSTRUCTION, PLAIN_TEMPLATE, build_prompt
+from tools import tiny
 
 
 @pytest.fixture(scope="module", params=["hf", "fast"])
@@ -24,7 +26,7 @@ def setup(tiny_model_path, request):
     tok = AutoTokenizer.from_pretrained(tiny_model_path)  # exactly as train.py / evaluate.py load it
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
     model.eval()
-    prompts = [data.build_prompt(tok, ex.prompt) for ex in data.builtin_task(3, split="test", seed=5)]
+    prompts = [build_prompt(tok, ex.prompt) for ex in builtin_task(3, split="test", seed=5)]
     return tok, model, rollout.make_engine(request.param, model, tok), prompts
 
 
@@ -145,9 +147,9 @@ def test_fast_engine_gives_hf_samples(tiny_model_path, params, max_batch):
 
     tok = AutoTokenizer.from_pretrained(tiny_model_path)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
-    prompts = [data.build_prompt(tok, ex.prompt) for ex in data.builtin_task(6, split="train", seed=3)]
+    prompts = [build_prompt(tok, ex.prompt) for ex in builtin_task(6, split="train", seed=3)]
     res = {}
-    for E in (rollout.HFEngine, rollout.FastEngine):
+    for E in (HFEngine, FastEngine):
         torch.manual_seed(11)
         groups = E(model, tok, max_batch=max_batch).generate(prompts, 8, params)
         res[E.__name__] = ([[(c.token_ids, c.text, c.length, c.truncated) for c in g] for g in groups], torch.rand(3))
@@ -162,9 +164,9 @@ def test_fast_engine_gives_hf_samples(tiny_model_path, params, max_batch):
 
 def _round_trip_texts():
     texts = []
-    for ex in data.builtin_task(20, split="train", seed=9):
-        texts.append(data.PLAIN_TEMPLATE.replace("{question}", ex.prompt) + ex.solution)
-    texts.append("Question: 3+4\n" + data.INSTRUCTION + "\nAnswer: 3+4=7 \\boxed{7}")
+    for ex in builtin_task(20, split="train", seed=9):
+        texts.append(PLAIN_TEMPLATE.replace("{question}", ex.prompt) + ex.solution)
+    texts.append("Question: 3+4\n" + INSTRUCTION + "\nAnswer: 3+4=7 \\boxed{7}")
     texts.append("a  b\n\nc ~ {x} \\boxed{ }")
     return texts
 
@@ -206,9 +208,9 @@ def test_fast_engine_logprobs_are_the_sampling_distributions(tiny_model_path, te
 
     tok = AutoTokenizer.from_pretrained(tiny_model_path)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
-    prompts = [data.build_prompt(tok, ex.prompt) for ex in data.builtin_task(4, split="train", seed=4)]
+    prompts = [build_prompt(tok, ex.prompt) for ex in builtin_task(4, split="train", seed=4)]
     torch.manual_seed(0)
-    comps = [c for g in rollout.FastEngine(model, tok).generate(prompts, 4, SamplingParams(temperature, top_p, 40)) for c in g]
+    comps = [c for g in FastEngine(model, tok).generate(prompts, 4, SamplingParams(temperature, top_p, 40)) for c in g]
     assert all(c.logprobs is not None and len(c.logprobs) == c.length for c in comps)
     p_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts for _ in range(4)]
     batch = batches.make_batch(tok, p_ids, [c.token_ids for c in comps], "cpu")

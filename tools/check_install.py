@@ -70,7 +70,8 @@ def gpus() -> list[dict]:
 
 
 def attention_implementation() -> str:
-    """What transformers picks for the shipped tiny Qwen2 when no attn_implementation is given (as in rollout.load_model)."""
+    """What transformers picks for the shipped tiny Qwen2 when no attn_implementation is given (as in
+    engines.loading.load_model)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -165,9 +166,9 @@ def problem(r: dict, require_gpu: bool) -> str | None:
 
 
 def main(argv=None) -> int:
-    import data
+    from tools.cli import ArgParser
 
-    ap = data.ArgParser(prog="-m tools.check_install", description=__doc__.split("\n\n")[0])
+    ap = ArgParser(prog="-m tools.check_install", description=__doc__.split("\n\n")[0])
     ap.add_argument("--require-gpu", "--gpu", action="store_true",
                     help="fail unless torch is a CUDA build, a GPU is visible and the CUDA vLLM imports")
     ap.add_argument("--no-vllm-import", action="store_true", help="report vLLM's distribution without importing it (~10 s)")
@@ -182,6 +183,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    import data
+    from tools.cli import cli
 
-    sys.exit(data.cli(main))
+    sys.exit(cli(main))

@@ -17,16 +17,16 @@ answer after its thought (reward.py; coding/code_reward.py for programs), with t
     pass_rate    c / N, c correct completions out of N (a verifier timeout counts as wrong)
     num_samples  N
     difficulty   level 1-5 by pass-rate percentile: 1 = easiest, 5 = hardest (Compass-Thinker Sec. 3, Big-Math style)
-so that `data.load_dataset` reads it back with `level` = difficulty and `pass_rate` set (the curriculum samples by it).
+so that tasks/load.py reads it back with `level` = difficulty and `pass_rate` set (the curriculum samples by it).
 
 Code problems (`--reward code`, implied by `--data builtin-code`): a completion is correct when its program passes
 every test (coding/code_reward.py, mode all_or_nothing), as Ring-lite and Skywork-OR1 grade code, so the pass rate is
 the share of samples that pass all tests; MiMo's partial-credit scores are a training reward, not used here. Prompts
-are the code ones (data.build_prompt kind "code"), `--model` empty is the tiny math+code model
+are the code ones (tasks.templates.build_prompt kind "code"), `--model` empty is the tiny math+code model
 (tiny.CODE_RECIPE) and `--max-new-tokens` defaults to 96. The input is the built-in code task ('builtin-code') or a
 JSONL file in the code schema (coding/code_reward.py); each output row is the input row as read (question, tests or
 input_output, fn_name, id, ...; for the built-in task its problem dict plus `level`, the task's own level) plus the
-three fields above, in JSONL, which `data.load_code_dataset` (train.py --reward code) reads back with `level` =
+three fields above, in JSONL, which coding/problems.py (train.py --reward code) reads back with `level` =
 difficulty. Measured (2 shared CPU cores, load 5-7): 100 built-in code problems x 8 samples with the tiny model,
 60 s wall (median of 3: 47, 60, 63 s); 43 all-right, 27 all-wrong, 30 mixed; Spearman rho between the graded
 difficulty and the task's own level (its number of clauses, 1-3) +0.882 (seed 0; +0.836 with --batch-prompts 16,
@@ -70,8 +70,13 @@ from dataclasses import dataclass
 import torch
 
 import data
+from coding.problems import load_code_dataset
 from data import DataError
+from engines.stops import read_stops
 from rollout import SamplingParams
+from tasks.load import load_dataset
+from tasks.templates import TEMPLATES, build_prompt, check_template, opens_thought, parse_template_kwargs
+from tools.cli import cli
 
 GRADE_FIELDS = ("pass_rate", "num_samples")  # present in a row = already graded
 KINDS = ("math", "code")  # --reward: what a problem is and how a completion is scored
@@ -271,7 +276,7 @@ def grade(examples: list[data.Example], engine, tokenizer, reward_fn, samples: i
             if all(i in done for i in idx):
                 continue
             exs = [examples[i] for i in idx]
-            prompts = [data.build_prompt(tokenizer, ex.prompt, kind, template, system, template_kwargs) for ex in exs]
+            prompts = [build_prompt(tokenizer, ex.prompt, kind, template, system, template_kwargs) for ex in exs]
             with torch.random.fork_rng():  # the caller's RNG streams are left as they were
                 torch.manual_seed(batch_seed(seed, b))
                 state = random.getstate()
@@ -307,7 +312,7 @@ def grade(examples: list[data.Example], engine, tokenizer, reward_fn, samples: i
 # Input and output rows
 # ------------------------------------------------------------------------------------------------
 def is_code_row(row) -> bool:
-    """A code problem row (data.normalize_problem's schema): tests, or TACO's input_output; no math schema has them."""
+    """A code problem row (coding/problems.py's schema): tests, or TACO's input_output; no math schema has them."""
     return isinstance(row, dict) and ("tests" in row or "input_output" in row)
 
 
@@ -316,12 +321,12 @@ def load_rows(spec: str, n: int = 0, seed: int = 0, split: str = "train", schema
     """(examples, rows, locations): the input as Examples and as rows to write back.
 
     math: plain-schema rows (prompt, answer) keeping the extra fields. code: each row as read (the problem dict of
-    the built-in code task, plus its `level`), so data.load_code_dataset reads the output as it read the input."""
+    the built-in code task, plus its `level`), so load_code_dataset reads the output as it read the input."""
     if kind == "code":
         return load_code_rows(spec, n, seed, split)
     is_file = os.path.splitext(spec)[1].lower() in (".jsonl", ".json", ".parquet") or os.path.exists(spec)
     if spec == "builtin" or not is_file:
-        exs = data.load_dataset(spec, split=split, n=n or None, seed=seed, schema=schema)
+        exs = load_dataset(spec, split=split, n=n or None, seed=seed, schema=schema)
         rows = []
         for ex in exs:
             r = {"prompt": ex.prompt, "answer": ex.answer}
@@ -356,14 +361,14 @@ def load_rows(spec: str, n: int = 0, seed: int = 0, split: str = "train", schema
 def load_code_rows(spec: str, n: int = 0, seed: int = 0, split: str = "train"):
     """Code problems: the built-in code task ('builtin' / 'builtin-code') or a JSONL file of problems."""
     if spec in ("builtin", "builtin-code"):
-        exs = data.load_dataset("builtin-code", split=split, n=n or None, seed=seed)
+        exs = load_dataset("builtin-code", split=split, n=n or None, seed=seed)
         rows = [{"question": ex.answer["question"], "tests": ex.answer["tests"], "fn_name": ex.answer["fn_name"],
                  "level": ex.level} for ex in exs]  # the task's own level; `difficulty` wins on reading
         return exs, rows, [f"{spec}[{i}]" for i in range(1, len(exs) + 1)]
     if os.path.splitext(spec)[1].lower() != ".jsonl":
         raise GradeError(f"--data {spec!r}: code problems come from 'builtin-code' or a .jsonl file "
                          f"(the schema of coding/code_reward.py)")
-    exs = data.load_code_dataset(spec)  # checks every row; errors name the line and field
+    exs = load_code_dataset(spec)  # checks every row; errors name the line and field
     raw = data.read_rows(spec)  # the same rows as read (both skip blank lines)
     if n:
         exs, raw = exs[:n], raw[:n]
@@ -391,7 +396,7 @@ def check_out(path: str, kind: str = "math"):
     if os.path.splitext(path)[1].lower() not in (".jsonl", ".parquet"):
         raise GradeError(f"--out {path!r}: must end in .jsonl or .parquet")
     if kind == "code" and not path.lower().endswith(".jsonl"):
-        raise GradeError(f"--out {path!r}: code problems are written as .jsonl (what data.load_code_dataset reads)")
+        raise GradeError(f"--out {path!r}: code problems are written as .jsonl (what load_code_dataset reads)")
 
 
 def graded_stats(rows: list[dict], locs: list[str]) -> tuple[list[int], list[int]]:
@@ -416,7 +421,7 @@ def relevel(rows: list[dict]) -> None:
 # CLI
 # ------------------------------------------------------------------------------------------------
 class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one `error:` line (data.cli prints it, exit code 2) instead of usage + message
+    def error(self, message):  # one `error:` line (tools.cli.cli prints it, exit code 2) instead of usage + message
         raise SystemExit(f"error: {message}")
 
 
@@ -440,7 +445,7 @@ def build_parser():
     g.add_argument("--relevel", action="store_true", help="with --filter: recompute levels among the kept problems")
     g.add_argument("--seed", type=number(int, at_least(0)), default=0, help="sampling seed (and the built-in task's seed) (default: 0)")
     g.add_argument("--rollout", default="hf", choices=["hf", "fast", "vllm"], help="generation engine (default: hf)")
-    g.add_argument("--template", default="auto", choices=list(data.TEMPLATES), help="prompt template, as train.py "
+    g.add_argument("--template", default="auto", choices=list(TEMPLATES), help="prompt template, as train.py "
                    "--template (default: auto)")
     g.add_argument("--system-prompt", default="", help="system prompt for the chat templates")
     g.add_argument("--chat-template-kwargs", default="", help="JSON object of chat template switches, as train.py's, "
@@ -513,7 +518,7 @@ def cmd_grade(a, engine=None, tokenizer=None) -> list[dict]:
         a.max_new_tokens = 96 if kind == "code" else 64  # the tiny model's programs need ~96 tokens
     if a.samples < 1 or a.batch_prompts < 1 or a.max_new_tokens < 1:
         raise GradeError("--samples, --batch-prompts and --max-new-tokens must be >= 1")
-    tkw = data.parse_template_kwargs(a.chat_template_kwargs)
+    tkw = parse_template_kwargs(a.chat_template_kwargs)
     exs, rows, locs = load_rows(a.data, n=a.n, seed=a.seed, split=a.split, schema=a.schema, kind=kind)
     graded = [loc for loc, r in zip(locs, rows) if any(k in r for k in GRADE_FIELDS)]
     if graded and not a.force:
@@ -538,12 +543,12 @@ def cmd_grade(a, engine=None, tokenizer=None) -> list[dict]:
         dtype = {"auto": torch.bfloat16 if torch.cuda.is_available() else torch.float32, "float32": torch.float32,
                  "bfloat16": torch.bfloat16}[a.dtype]
         model, tokenizer, engine_path = lora.load_any(model_name, dtype)  # a LoRA checkpoint: merged onto its base
-        data.check_template(tokenizer, a.template, kind, template_kwargs=tkw)
+        check_template(tokenizer, a.template, kind, template_kwargs=tkw)
         model = model.to("cuda" if torch.cuda.is_available() else "cpu").eval().requires_grad_(False)
         engine = rollout.make_engine(a.rollout, model, tokenizer, model_path=engine_path, seed=a.seed,
                                      max_model_len=512 if not a.model else None)
     # the prompt leaves a thought open (R1-Distill's template): each response is read as <think> + response, as in training
-    thought_open = data.opens_thought(tokenizer, kind, a.template, a.system_prompt, tkw)
+    thought_open = opens_thought(tokenizer, kind, a.template, a.system_prompt, tkw)
     if kind == "code":  # Ring-lite / Skywork grade code all-or-nothing: correct = every test passes
         from coding.code_reward import CodeReward
 
@@ -554,7 +559,7 @@ def cmd_grade(a, engine=None, tokenizer=None) -> list[dict]:
         reward_fn = MathReward(1.0, 0.0, a.reward_timeout, a.reward_workers if engine_built else 0,
                                thought_open=thought_open)
     progress_path = a.out + ".partial.jsonl"
-    params = SamplingParams(a.temperature, a.top_p, a.max_new_tokens, data.read_stops(a.stop))
+    params = SamplingParams(a.temperature, a.top_p, a.max_new_tokens, read_stops(a.stop))
     settings = {"data": a.data, "reward": kind, "model": model_name or "(injected engine)", "rollout": a.rollout, "n": a.n}
     if a.template != "auto" or a.system_prompt or a.stop:  # (absent otherwise: earlier progress files still resume)
         settings.update(template=a.template, system_prompt=a.system_prompt, stop=a.stop)
@@ -605,4 +610,4 @@ def main(argv=None, *, engine=None, tokenizer=None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    sys.exit(data.cli(main))
+    sys.exit(cli(main))

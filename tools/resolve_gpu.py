@@ -88,9 +88,9 @@ def pip_version() -> tuple[int, ...]:
 
 
 def main(argv=None) -> int:
-    import data
+    from tools.cli import ArgParser
 
-    ap = data.ArgParser(prog="-m tools.resolve_gpu", description=__doc__.split("\n\n")[0])
+    ap = ArgParser(prog="-m tools.resolve_gpu", description=__doc__.split("\n\n")[0])
     ap.add_argument("--extra", default="gpu", help="the project's extra(s) to resolve (default: gpu)")
     ap.add_argument("--python", default="3.11", help="target Python version (vLLM 0.32.0 needs >= 3.11)")
     ap.add_argument("--glibc", default="2.35", help="target glibc (2.35: Ubuntu 22.04; llguidance 1.7 needs >= 2.31)")
@@ -125,6 +125,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    import data
+    from tools.cli import cli
 
-    sys.exit(data.cli(main))
+    sys.exit(cli(main))

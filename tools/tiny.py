@@ -59,14 +59,18 @@ import time
 import torch
 
 import data
+from tasks.addition import LEVELS, builtin_task
+from tasks.piecewise import CODE_HEADER, builtin_code_task, partial_program
+from tasks.templates import CODE_INSTRUCTION, INSTRUCTION, build_prompt
+from tools.cli import ArgParser, cli
 
 RECIPE_VERSION = 2  # bump when the build or SFT code changes in a way the fields below do not capture
 SPECIALS = ["<|pad|>", "<|endoftext|>"]
 CHARS = [chr(c) for c in range(32, 127)] + ["\n"]
-WORDS = ["Question: ", "\n" + data.INSTRUCTION + "\nAnswer: ", "\\boxed{"]
+WORDS = ["Question: ", "\n" + INSTRUCTION + "\nAnswer: ", "\\boxed{"]
 # The code model's extra pieces: the code instruction, the built-in code task's fixed phrases and program lines
-CODE_WORDS = ["\n" + data.CODE_INSTRUCTION + "\nAnswer: ", "Read n. Print ", "; if n", " print ", "```python\n",
-              data.CODE_HEADER, "if n", ":r=", "print(r)\n```"]
+CODE_WORDS = ["\n" + CODE_INSTRUCTION + "\nAnswer: ", "Read n. Print ", "; if n", " print ", "```python\n",
+              CODE_HEADER, "if n", ":r=", "print(r)\n```"]
 
 
 @dataclasses.dataclass
@@ -82,17 +86,17 @@ class TinyRecipe:
     sft_direct_frac: float = 0.7  # share of SFT targets that give the bare answer, without worked steps
     seed: int = 0
     tasks: str = "math"  # "math" (the built-in math task) or "math+code" (half the SFT examples from the built-in code task)
-    sft_partial_frac: float = 0.5  # code: share of SFT programs with the base formula only (data.partial_program)
+    sft_partial_frac: float = 0.5  # code: share of SFT programs with the base formula only (piecewise.partial_program)
 
     def words(self) -> list[str]:
         return WORDS + (CODE_WORDS if "code" in self.tasks else [])
 
     def key(self) -> str:
         """Changes when the recipe, the tokenizer or the task changes (not when a docstring does)."""
-        task = [(e.prompt, e.solution) for e in data.builtin_task(8, "train", seed=123)]
+        task = [(e.prompt, e.solution) for e in builtin_task(8, "train", seed=123)]
         if "code" in self.tasks:
-            task += [(e.prompt, e.solution, e.answer) for e in data.builtin_code_task(8, "train", seed=123)]
-        blob = json.dumps([dataclasses.asdict(self), RECIPE_VERSION, SPECIALS, CHARS, self.words(), data.LEVELS, task],
+            task += [(e.prompt, e.solution, e.answer) for e in builtin_code_task(8, "train", seed=123)]
+        blob = json.dumps([dataclasses.asdict(self), RECIPE_VERSION, SPECIALS, CHARS, self.words(), LEVELS, task],
                           sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -158,7 +162,7 @@ def sft_batch(tokenizer, examples: list[data.Example]):
     ids, labels = [], []
     for ex in examples:
         kind = "code" if ex.meta.get("kind") == "code" else "math"
-        p = tokenizer(data.build_prompt(tokenizer, ex.prompt, kind), add_special_tokens=False)["input_ids"]
+        p = tokenizer(build_prompt(tokenizer, ex.prompt, kind), add_special_tokens=False)["input_ids"]
         r = tokenizer(ex.solution, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         ids.append(p + r)
         labels.append([-100] * len(p) + r)
@@ -176,14 +180,14 @@ def sft(model, tokenizer, recipe, log_every: int = 100) -> None:
     rng = random.Random(recipe.seed)
     n = recipe.sft_steps * recipe.sft_batch
     if "code" not in recipe.tasks:
-        pool = data.builtin_task(n, split="train", seed=recipe.seed + 1)
+        pool = builtin_task(n, split="train", seed=recipe.seed + 1)
     else:  # half math, half code, shuffled together
-        pool = data.builtin_task(n // 2, split="train", seed=recipe.seed + 1) + data.builtin_code_task(n - n // 2, "train", recipe.seed + 1)
+        pool = builtin_task(n // 2, split="train", seed=recipe.seed + 1) + builtin_code_task(n - n // 2, "train", recipe.seed + 1)
     rng.shuffle(pool)
     for ex in pool:
         if ex.meta.get("kind") == "code":
             if rng.random() < recipe.sft_partial_frac:
-                ex.solution = data.partial_program(ex)
+                ex.solution = partial_program(ex)
         elif rng.random() < recipe.sft_direct_frac:
             ex.solution = f"\\boxed{{{ex.answer}}}"
     fit(model, recipe, lambda step: sft_batch(tokenizer, pool[step * recipe.sft_batch : (step + 1) * recipe.sft_batch]),
@@ -270,9 +274,9 @@ class ChatRecipe:
         with open(CORPUS, "rb") as f:
             docs = gzip.decompress(f.read()).decode()
         # the task's conversations (both styles), so that the template's words are single tokens, as in a real vocabulary
-        task = [f"<|im_start|>system\n{CHAT_SYSTEM}<|im_end|>\n<|im_start|>user\n{ex.prompt}\n{data.INSTRUCTION}<|im_end|>\n"
+        task = [f"<|im_start|>system\n{CHAT_SYSTEM}<|im_end|>\n<|im_start|>user\n{ex.prompt}\n{INSTRUCTION}<|im_end|>\n"
                 f"<|im_start|>assistant\n<think>\n{chat_response(ex, k % 2, ('chat', 'think')[k // 2])}<|im_end|>\n"
-                for ex in data.builtin_task(500, "train", seed=99) for k in range(4)]
+                for ex in builtin_task(500, "train", seed=99) for k in range(4)]
         return [docs, *task]
 
     def key(self) -> str:
@@ -280,9 +284,9 @@ class ChatRecipe:
 
         with open(CORPUS, "rb") as f:
             corpus = hashlib.sha256(gzip.decompress(f.read())).hexdigest()
-        task = [(e.prompt, e.solution) for e in data.builtin_task(8, "train", seed=123)]
+        task = [(e.prompt, e.solution) for e in builtin_task(8, "train", seed=123)]
         blob = json.dumps([dataclasses.asdict(self), RECIPE_VERSION, CHAT_SPECIALS, THINK_TOKENS, QWEN2_SPLIT, CHAT_TEMPLATE,
-                           THINK_TEMPLATE, data.INSTRUCTION, data.LEVELS, task, corpus], sort_keys=True)
+                           THINK_TEMPLATE, INSTRUCTION, LEVELS, task, corpus], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -363,8 +367,8 @@ def chat_sft_data(tokenizer, recipe: ChatRecipe) -> tuple[list[str], list[str]]:
     """(prompt, response) pairs: the built-in task's training problems in the chat template (the default system turn,
     the question and the \\boxed{} instruction as the user turn), sft_direct_frac of the answers bare."""
     rng = random.Random(recipe.seed)
-    pool = data.builtin_task(recipe.sft_steps * recipe.sft_batch, split="train", seed=recipe.seed + 1)
-    prompts = [data.build_prompt(tokenizer, ex.prompt, "math", "chat") for ex in pool]
+    pool = builtin_task(recipe.sft_steps * recipe.sft_batch, split="train", seed=recipe.seed + 1)
+    prompts = [build_prompt(tokenizer, ex.prompt, "math", "chat") for ex in pool]
     return prompts, [chat_response(ex, rng.random() < recipe.sft_direct_frac, recipe.style) for ex in pool]
 
 
@@ -438,7 +442,7 @@ def main(argv=None):
     import data
     from config import above, at_least, number, within
 
-    ap = data.ArgParser(prog="-m tools.tiny", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgParser(prog="-m tools.tiny", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     fields = {f.name: f for f in dataclasses.fields(TinyRecipe) + dataclasses.fields(ChatRecipe)}
     for f in fields.values():  # unset: the recipe's default (TinyRecipe's, or ChatRecipe's with --chat)
         typ = type(f.default)  # sizes and steps >= 1, the seed >= 0, the lr > 0, fractions in [0, 1]
@@ -479,4 +483,4 @@ if __name__ == "__main__":
 
     import data
 
-    sys.exit(data.cli(main))
+    sys.exit(cli(main))

@@ -18,6 +18,7 @@ import torch
 
 import dapo
 import data
+from tasks.templates import build_prompt, parse_template_kwargs
 from trainer.records import Rollout, StepPlan
 from trainer.stages import filter_metric_for
 
@@ -102,8 +103,8 @@ class Collector:
 
     def prompt(self, plan: StepPlan, question: str) -> str:
         """The prompt text of a training question: --template (and --system-prompt) for the task's kind."""
-        return data.build_prompt(self.tok, question, plan.task.kind, self.cfg.template, self.cfg.system_prompt,
-                                 data.parse_template_kwargs(self.cfg.chat_template_kwargs))
+        return build_prompt(self.tok, question, plan.task.kind, self.cfg.template, self.cfg.system_prompt,
+                                 parse_template_kwargs(self.cfg.chat_template_kwargs))
 
     def shape(self, comps, rewards, sp):
         """DAPO Eq. 13: the soft overlong punishment is added to the correctness reward, before the group statistics."""

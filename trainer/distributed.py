@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from runs import is_sharded
 from trainer.batches import make_batch
 from trainer.logprobs import response_logprobs
 
@@ -70,7 +69,7 @@ def shard_reference(model):
 
 class GatheredWeights:
     """FSDP2: the model's parameters as full tensors (DTensor.full_tensor, a collective: every process iterates), with
-    the HF checkpoint names, for the engine's weight sync (rollout.VLLMEngine.sync_weights)."""
+    the HF checkpoint names, for the engine's weight sync (engines.vllm_engine.VLLMEngine.sync_weights)."""
 
     def __init__(self, model):
         self.model = model
@@ -78,3 +77,10 @@ class GatheredWeights:
     def named_parameters(self):
         for name, p in self.model.named_parameters():
             yield name, (p.full_tensor() if hasattr(p, "full_tensor") else p)
+
+
+def is_sharded(accelerator) -> bool:
+    """Are the weights sharded across processes (FSDP), so that full weights need a collective?"""
+    from accelerate.utils import DistributedType
+
+    return accelerator.distributed_type == DistributedType.FSDP

@@ -96,7 +96,7 @@ def validate(cfg, bad):
 def load_base(cfg, model_path: str, dtype):
     """(model, tokenizer) of the frozen base: --model (also when resuming: the checkpoint holds the adapter only).
     --load-in-4bit: QLoRA's base, NF4-quantised by bitsandbytes at load time (compute in `dtype`)."""
-    from rollout import load_model
+    from engines.loading import load_model
 
     if not cfg.load_in_4bit:
         return load_model(model_path, dtype)
@@ -191,7 +191,8 @@ def merged_state(peft_model):
 
 class MergedWeights:
     """The engine's view of a LoRA policy: `named_parameters()` yields the merged weights (merged_state) under the
-    base model's names, what rollout.VLLMEngine.sync_weights loads; `parameters()` the base's (for its dtype)."""
+    base model's names, what engines.vllm_engine.VLLMEngine.sync_weights loads; `parameters()` the base's (for its
+    dtype)."""
 
     def __init__(self, peft_model):
         self.model = getattr(peft_model, "module", peft_model)
@@ -256,10 +257,10 @@ def _without_lora(peft_model):
 
 
 def load_any(path: str, dtype, flag: str = "--model"):
-    """(model, tokenizer, engine path) for evaluate.py / tools/grade.py: a model directory or hub name as rollout.load_model
-    loads it, or a LoRA checkpoint merged onto its base (the engine path is then the base's: vLLM starts from it and
-    receives the merged weights)."""
-    from rollout import load_model
+    """(model, tokenizer, engine path) for evaluate.py / tools/grade.py: a model directory or hub name as
+    engines.loading.load_model loads it, or a LoRA checkpoint merged onto its base (the engine path is then the base's:
+    vLLM starts from it and receives the merged weights)."""
+    from engines.loading import load_model
 
     if is_adapter_dir(path):
         return (*load_for_inference(path, dtype, flag), base_path(path))
@@ -270,7 +271,7 @@ def load_for_inference(path: str, dtype, flag: str = "--model"):
     """(model, tokenizer) from a LoRA checkpoint directory: its base (adapter_config.json) + the adapter, merged."""
     from peft import PeftModel
 
-    from rollout import load_model
+    from engines.loading import load_model
 
     base, _ = load_model(base_path(path), dtype, flag=f"{flag} {path} (its base model)")
     tok = _tokenizer(path, flag)
@@ -291,9 +292,9 @@ def _tokenizer(path: str, flag: str):
 
 
 def main(argv=None):
-    import data
+    from tools.cli import ArgParser
 
-    ap = data.ArgParser(prog="-m trainer.lora", description="Write a plain model directory: a LoRA checkpoint's base + "
+    ap = ArgParser(prog="-m trainer.lora", description="Write a plain model directory: a LoRA checkpoint's base + "
                         "adapter, merged.")
     ap.add_argument("--merge", required=True, help="LoRA checkpoint directory (train.py --lora-rank R writes them)")
     ap.add_argument("--out", required=True, help="output directory for the merged model (save_pretrained + tokenizer)")
@@ -317,6 +318,6 @@ def main(argv=None):
 if __name__ == "__main__":
     import sys
 
-    import data
+    from tools.cli import cli
 
-    sys.exit(data.cli(main))
+    sys.exit(cli(main))

@@ -8,14 +8,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-import data
 import runs
 from config import Config
-from rollout import SamplingParams, load_model
-from runs import is_sharded
+from engines.loading import load_model
+from rollout import SamplingParams
+from tasks.load import load_dataset
+from tasks.templates import check_template, opens_thought, parse_template_kwargs
 from trainer import lora
 from trainer.checkpoints import restore, start_run_dir
-from trainer.distributed import make_accelerator, precision, shard_reference
+from trainer.distributed import is_sharded, make_accelerator, precision, shard_reference
 from trainer.producer import make_producer
 from trainer.records import StepPlan
 from trainer.samplers import make_sampler
@@ -90,8 +91,8 @@ def load_inputs(cfg: Config):
             schema = "code" if st.kind == "code" else None
             builtin = st.eval.startswith("builtin")
             keys.append(key)
-            sets.append((data.load_dataset(st.data, split="train", n=cfg.train_problems or None, seed=cfg.seed, schema=schema),
-                         data.load_dataset(st.eval, split="test" if builtin else cfg.eval_split, n=st.eval_problems,
+            sets.append((load_dataset(st.data, split="train", n=cfg.train_problems or None, seed=cfg.seed, schema=schema),
+                         load_dataset(st.eval, split="test" if builtin else cfg.eval_split, n=st.eval_problems,
                                            seed=cfg.seed, schema=schema)))
         st.task = keys.index(key)
     resume_from = cfg.resume or None  # parse_config resolved it
@@ -113,14 +114,14 @@ def make_reward(cfg: Config, reward: str, thought_open: bool = False):
 
 def make_tasks(cfg: Config, stages: list, sets: list, tok=None) -> list:
     """One Task per distinct (data, reward) of the stages, each with its own prompt sampler and reward (told whether
-    the prompts leave a thought open: data.opens_thought)."""
+    the prompts leave a thought open: tasks.templates.opens_thought)."""
     mine = [[st for st in stages if st.task == t] for t in range(len(sets))]
     names = ["code" if m[0].kind == "code" else "math" for m in mine]
     tasks = []
     for t, (train_set, eval_set) in enumerate(sets):
         name = names[t] + (str(t + 1) if names.count(names[t]) > 1 else "")
-        thought = tok is not None and data.opens_thought(tok, mine[t][0].kind, cfg.template, cfg.system_prompt,
-                                                         data.parse_template_kwargs(cfg.chat_template_kwargs))
+        thought = tok is not None and opens_thought(tok, mine[t][0].kind, cfg.template, cfg.system_prompt,
+                                                         parse_template_kwargs(cfg.chat_template_kwargs))
         tasks.append(Task(name, train_set, eval_set, make_sampler(cfg, train_set), make_reward(cfg, mine[t][0].reward, thought),
                           mine[t][0].kind, max(st.max_new_tokens for st in mine[t])))
     return tasks
@@ -172,7 +173,7 @@ def setup(cfg: Config) -> Run:
     model, tok = (lora.load(cfg, model_path, dtype, resume_from) if cfg.lora_rank else  # base + adapter (resumed)
                   load_model(resume_from or model_path, dtype, flag="--resume" if resume_from else "--model"))
     for kind in {st.kind for st in stages}:
-        data.check_template(tok, cfg.template, kind, template_kwargs=data.parse_template_kwargs(cfg.chat_template_kwargs))
+        check_template(tok, cfg.template, kind, template_kwargs=parse_template_kwargs(cfg.chat_template_kwargs))
     check_context(model, max(st.max_new_tokens for st in stages))
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

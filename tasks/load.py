@@ -1,0 +1,30 @@
+"""Where a run's problems come from (`--data`, `--eval-data`): a built-in task by name, else a file or a hub dataset
+of the math schemas (data.py), or code problems (coding/problems.py)."""
+from __future__ import annotations
+
+import os
+
+from coding.problems import load_code_dataset
+from data import Example, load_file, load_hub
+from tasks.addition import builtin_task
+from tasks.piecewise import builtin_code_task
+
+
+def load_dataset(spec: str, split: str = "train", n: int | None = None, seed: int = 0, schema: str | None = None) -> list[Example]:
+    """'builtin-math' / 'builtin-code' -> a built-in task ('builtin': the one of `schema`, math unless 'code'); a path ->
+    load_file; anything else -> a hub dataset name.
+
+    schema='code' reads code problems (load_code_dataset); otherwise the math schemas are detected per row.
+    """
+    if spec == "builtin-code" or (spec == "builtin" and schema == "code"):
+        return builtin_code_task(n or (20000 if split == "train" else 200), split=split, seed=seed)
+    if schema == "code":
+        data = load_code_dataset(spec)
+        return data[:n] if n else data
+    if spec in ("builtin", "builtin-math"):
+        return builtin_task(n or (20000 if split == "train" else 500), split=split, seed=seed)
+    if os.path.splitext(spec)[1].lower() in (".jsonl", ".json", ".parquet") or os.path.exists(spec):
+        data = load_file(spec, schema)
+    else:
+        data = load_hub(spec, split, schema)
+    return data[:n] if n else data

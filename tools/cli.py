@@ -1,0 +1,42 @@
+"""Every script's exit on bad input: one line `error: ...` on stderr and exit code 2, no traceback; Ctrl-C one line
+and exit code 130. `ArgParser` is argparse with that one line for a bad flag; `cli(main)` runs a script's main."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from data import DataError
+
+
+class ArgParser(argparse.ArgumentParser):
+    """argparse with one `error:` line (cli prints it, exit code 2) instead of usage + message on a bad flag."""
+
+    def error(self, message):
+        raise SystemExit(f"error: {message} (python {self.prog} --help lists the options)")
+
+
+def cli(main, argv=None) -> int:
+    """Run a script's `main`: bad input ends in one line `error: ...` on stderr and exit code 2, no traceback.
+
+    The scripts report bad input by raising DataError (data files) or SystemExit("error: ...") (flags, model and
+    checkpoint directories), always before anything is written. Ctrl-C ends in one line `interrupted` and exit code
+    130 (128 + SIGINT), as train.py's own (runs.interrupted). Returns the exit code: `sys.exit(cli(main))`.
+    """
+    import signal
+
+    try:
+        rc = main() if argv is None else main(argv)
+        return rc if type(rc) is int else 0  # a main that returns its exit code (the tools) keeps it
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the one line, not a traceback from a second Ctrl-C
+        print(f"interrupted ({os.path.basename(sys.argv[0]) or 'python'}): nothing more was written", file=sys.stderr)
+        return 130
+    except DataError as e:
+        msg = f"error: {e}"
+    except SystemExit as e:
+        if not (isinstance(e.code, str) and e.code.startswith("error:")):
+            raise
+        msg = e.code
+    print(msg, file=sys.stderr)
+    return 2
