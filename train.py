@@ -300,15 +300,17 @@ def minibatch_gradient(cfg, accelerator, model, ref_model, tok, mb, alpha, log, 
 def tokens_that_count(cfg: Config, mb: list[int], r_ids, truncated, world: int, metrics: dict):
     """Per response of a mini-batch, how many of its tokens enter the loss; C3PO's selection (or None); the metrics.
 
-    C3PO (c3po.budget_select): a greedy selection of exactly Phi tokens (Phi / world per process) in rollout order.
+    C3PO (c3po.budget_select): a greedy selection of exactly Phi tokens (c3po.process_budget: Phi / world per
+    process) in rollout order.
     DAPO's overlong filter: truncated responses contribute none (dapo.overlong_mask zeroes them; they stay in the
     group statistics).
     """
     lens = [len(r_ids[i]) for i in mb]
     kept = None
     if cfg.token_budget:
-        kept = c3po.budget_select(lens, cfg.token_budget // world) if mb else torch.zeros(0, dtype=torch.long)
-        metrics = c3po.budget_metrics(lens, kept, cfg.token_budget // world) if mb else metrics
+        budget = c3po.process_budget(cfg.token_budget, world)  # Phi / W, refused at set-up unless W divides Phi
+        kept = c3po.budget_select(lens, budget) if mb else torch.zeros(0, dtype=torch.long)
+        metrics = c3po.budget_metrics(lens, kept, budget) if mb else metrics
     n_tok = lens if kept is None else kept.tolist()
     if cfg.overlong_filter:
         n_tok = [0 if truncated[i] else t for t, i in zip(n_tok, mb)]
@@ -331,11 +333,11 @@ def microbatch_loss(cfg: Config, model, ref_model, batch, adv, old_logp, mask, a
         with torch.no_grad():
             ref = response_logprobs(ref_model, batch, cfg.temperature, chunk_size=cfg.logprob_chunk)[0]
     tis = tis_weights(old, engine_logp, mask, cfg.tis_cap, cfg.tis_mode) if engine_logp is not None else None
-    agg = dict(loss_agg="budget", budget=cfg.token_budget / world) if cfg.token_budget else dict(loss_agg=cfg.loss_agg)
-    loss, m = algorithm(cfg).policy_loss(logp, old, adv, mask, ref, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                                         kl_coef=cfg.kl_coef, num_seqs=num_seqs, num_tokens=num_tokens, token_weights=tis,
-                                         dual_clip_c=cfg.dual_clip, **agg)
+    settings = loss_settings(cfg, world)
+    loss, m = algorithm(cfg).policy_loss(logp, old, adv, mask, ref, num_seqs=num_seqs, num_tokens=num_tokens,
+                                         token_weights=tis, **settings)
     if alpha:
+        agg = {k: settings[k] for k in ("loss_agg", "budget") if k in settings}
         eterm, _ = entropy.entropy_loss(ent, mask, alpha, num_seqs=num_seqs, num_tokens=num_tokens, **agg)
         loss = loss + eterm
     stats = {"loss": loss.item(), **m, "entropy_sum": (ent * mask).sum().item(), "tokens": mask.sum().item(),
@@ -347,6 +349,14 @@ def microbatch_loss(cfg: Config, model, ref_model, batch, adv, old_logp, mask, a
                         "logp_gap": ((old - engine_logp).abs() * mask).sum().item(), "tokens": mask.sum().item(),
                         "weight_sq": (tis * tis * mask).sum().item()}
     return loss, stats
+
+
+def loss_settings(cfg: Config, world: int = 1) -> dict:
+    """The policy loss's settings: the recipe's (its idea file's PAPER, through config.RECIPES) or the flags given.
+    With --token-budget, C3PO's constant normaliser Phi / world on each process (c3po.process_budget)."""
+    agg = (dict(loss_agg="budget", budget=float(c3po.process_budget(cfg.token_budget, world))) if cfg.token_budget
+           else dict(loss_agg=cfg.loss_agg))
+    return dict(clip_low=cfg.clip_low, clip_high=cfg.clip_high, kl_coef=cfg.kl_coef, dual_clip_c=cfg.dual_clip, **agg)
 
 
 # ------------------------------------------------------------------------------------------------
