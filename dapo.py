@@ -156,7 +156,7 @@ def policy_loss(
 
     Shapes: logp, old_logp, ref_logp, mask (N, T); advantages (N,). Returns (loss, metrics dict of floats).
     token_weights (N, T), detached, multiply the clipped surrogate per token (not the KL term): truncated
-    importance sampling between the rollout engine and the trainer (rollout.tis_weights); None = all ones.
+    importance sampling between the rollout engine and the trainer (async_rollout.tis_weights); None = all ones.
     dual_clip_c > 1 bounds the clipped loss of a negative advantage by c * |A| before the weights (`dual_clip`,
     verl's clip_ratio_c); 0 = off, and then the metrics have no `clip_frac_dual`.
     DAPO change 5: for overlong filtering pass mask = overlong_mask(mask, truncated).
@@ -197,7 +197,7 @@ def filter_groups(correct, group_size: int) -> torch.Tensor:
     the unshaped scores (`metric=score`): any two different values keep the group, equal ones never (the recipe's
     np.std can keep them: the module docstring). A group of one sample is kept.
     """
-    c = torch.as_tensor(correct).double()  # (N,)
+    c = torch.as_tensor(correct, dtype=torch.float64)  # (N,); python floats compared exactly, not through float32
     if c.numel() % group_size:
         raise ValueError(f"{c.numel()} correctness flags do not split into groups of {group_size}")
     c = c.view(-1, group_size)  # (B, G)

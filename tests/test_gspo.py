@@ -177,7 +177,7 @@ def test_update_log_counts_response_shares_over_responses():
     from trainer.metrics import UpdateLog
 
     log = UpdateLog()
-    base = dict(loss=0.0, clip_frac_low=0.0, kl=0.0, entropy_sum=0.0, nll_sum=0.0, resp_tokens=1, seq_clip_frac_low=0.0)
+    base = dict(loss=0.0, clip_frac_low=0.0, kl=0.0, entropy_sum=0.0, seq_clip_frac_low=0.0)
     log.add([dict(base, clip_frac_high=0.5, seq_clip_frac_high=1.0, tokens=30, seqs=1),
-             dict(base, clip_frac_high=0.0, seq_clip_frac_high=0.0, tokens=10, seqs=3)], 1.0, first_epoch=True)
+             dict(base, clip_frac_high=0.0, seq_clip_frac_high=0.0, tokens=10, seqs=3)], 1.0)
     assert log.agg["seq_clip_frac_high"] == 0.25 and log.agg["clip_frac_high"] == 0.375

@@ -42,6 +42,33 @@ def make_accelerator(cfg):
     return acc
 
 
+class Lockstep:
+    """FSDP: every forward is a collective, so every process runs as many forwards (and backwards) as the busiest: a
+    process with fewer responses joins the others' passes with one-token forwards whose loss is zero. Without FSDP
+    only the empty micro-batch's zero-loss backward remains (DDP's gradient all-reduce needs every process).
+
+        fsdp = Lockstep(run)
+        fsdp.forwards(n)                   # before n no-grad forwards here (log pi_old): the others' extra ones
+        for micro in fsdp.micro_batches(micro_batches):   # padded with [] to the count every process runs
+            if not micro: fsdp.empty_backward(); continue  # a zero loss that still joins the all-reduce
+    """
+
+    def __init__(self, run):
+        self.cfg, self.accelerator, self.model, self.tok = run.cfg, run.accelerator, run.model, run.tok
+
+    def forwards(self, n: int) -> None:
+        with torch.no_grad():
+            for _ in range(lockstep(self.accelerator, n) - n):
+                dummy_forward(self.cfg, self.model, self.tok, self.accelerator.device)
+
+    def micro_batches(self, micro_batches: list[list[int]]) -> list[list[int]]:
+        return micro_batches + [[]] * (lockstep(self.accelerator, len(micro_batches)) - len(micro_batches))
+
+    def empty_backward(self) -> None:
+        self.accelerator.backward(dummy_forward(self.cfg, self.model, self.tok, self.accelerator.device)
+                                  if is_sharded(self.accelerator) else sum(p.sum() for p in self.model.parameters()) * 0.0)
+
+
 def lockstep(accelerator, n: int) -> int:
     """FSDP: every forward is a collective, so all processes run the largest count of them (n elsewhere)."""
     if not is_sharded(accelerator):

@@ -23,10 +23,10 @@ class UpdateLog:
 
     def __init__(self):
         self.agg = {"loss": 0.0, "clip_frac_low": 0.0, "clip_frac_high": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
-        self.updates, self.nll_sum, self.nll_tok, self.extra = 0, 0.0, 0, {}
+        self.updates, self.extra = 0, {}  # extra: C3PO's budget metrics of the last mini-batch that had responses
         self.tis = dict.fromkeys(TIS_SUMS, 0.0)  # truncated IS (--tis-cap): TIS_SUMS over every micro-batch
 
-    def add(self, stats: list[dict], grad_norm: float, first_epoch: bool):
+    def add(self, stats: list[dict], grad_norm: float, extra: dict | None = None):
         T = sum(s["tokens"] for s in stats) or 1
         self.agg["loss"] += sum(s["loss"] for s in stats)
         S = sum(s["seqs"] for s in stats) or 1
@@ -36,9 +36,9 @@ class UpdateLog:
         self.agg["entropy"] += sum(s["entropy_sum"] for s in stats) / T
         self.agg["grad_norm"] += grad_norm
         self.updates += 1
+        if extra is not None:
+            self.extra = extra
         for s in stats:
-            if first_epoch:  # the sampled tokens' NLL under pi_old: Skywork's entropy estimate for the next step
-                self.nll_sum, self.nll_tok = self.nll_sum + s["nll_sum"], self.nll_tok + s["resp_tokens"]
             if "tis" in s:
                 self.tis = {k: self.tis[k] + s["tis"][k] for k in TIS_SUMS}
 
@@ -56,7 +56,7 @@ class UpdateLog:
                             "policy/tis_ess": t["weight"] ** 2 / (n * t["weight_sq"]) if t["weight_sq"] else 1.0})  # ESS / tokens
         if alpha:
             out["policy/entropy_coef"] = alpha
-        return Update(out, self.nll_sum / self.nll_tok if self.nll_tok else None)
+        return Update(out)
 
 
 class StepStats(NamedTuple):

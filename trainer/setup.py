@@ -39,7 +39,6 @@ class Run:
     history: list = field(default_factory=list)
     evals: list = field(default_factory=list)
     wall_before: float = 0.0  # wall time of the run before a resume
-    last_nll: float | None = None  # the previous rollout's sampled-token NLL (Skywork's entropy estimate)
     step: int | None = None  # the step in progress (0-based; None outside the loop): what Ctrl-C reports
     producer: object = None  # --rollout-lag 1: async_rollout.Producer
 
