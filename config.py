@@ -6,8 +6,9 @@
 Each field of `Config` is declared once, with everything about it: its --help group, default, help text, choices and
 check (`flag(GROUP, default, help, choices=..., check=...)`); `build_parser` makes the command line from the fields and
 `Config.validate` runs the fields' own checks, then the rules that relate two or more flags. Adding a flag is one
-edit here (and reading it where it acts). `RECIPES` holds each paper's choices, `parse_config` applies a recipe, LoRA's
-learning-rate default and a resumed run's saved settings (runs.py), in that order.
+edit here (and reading it where it acts). `RECIPES` holds each paper's choices (its idea file's `PAPER`, lengths
+scaled to the built-in task), `parse_config` applies a recipe, LoRA's learning-rate default and a resumed run's saved
+settings (runs.py), in that order.
 """
 from __future__ import annotations
 

@@ -30,10 +30,11 @@ gspo.py (GSPO's sequence ratio); cispo -> cispo.py (MiniMax-M1's capped, detache
 
 What this file leaves out, each in a file of its own: the flags and the recipes (config.py); the records passed
 between the steps (trainer/records.py); the prompt order and its state (trainer/samplers.py); the rounds of dynamic
-sampling and the seamless scheduler over N processes (trainer/collect.py); --rollout-lag's producer (async_rollout.py,
-trainer/producer.py); token rows and micro-batches (trainer/batches.py); the chunked log-probs (trainer/logprobs.py);
-DDP / FSDP lockstep and sharding (trainer/distributed.py); metric sums, summary and curves (trainer/metrics.py);
-set-up, checkpoints and the run directory (trainer/setup.py, trainer/checkpoints.py, runs.py); LoRA (trainer/lora.py).
+sampling and the seamless scheduler over N processes (trainer/collect.py); --rollout-lag's producer and the behaviour
+weight of the decoupled loss (async_rollout.py, trainer/producer.py); token rows and micro-batches (trainer/batches.py);
+the chunked log-probs (trainer/logprobs.py); DDP / FSDP lockstep and sharding (trainer/distributed.py); metric sums,
+summary and curves (trainer/metrics.py); set-up, checkpoints and the run directory (trainer/setup.py,
+trainer/checkpoints.py, runs.py); LoRA (trainer/lora.py).
 
 Run directory (--output-dir, one run each; runs.py: checkpoints, resume, Ctrl-C): config.json, metrics.jsonl (a row per
 step), evals.jsonl (a row per evaluation), samples.jsonl (completions at each evaluation), curves.png, summary.json,
@@ -230,7 +231,7 @@ def update_policy(run: Run, batch: UpdateBatch, alpha: float, step: int) -> Upda
     the others. With mu > 1 updates, log pi_old is computed once, before the first. run: the trainer.setup.Run (or
     anything with its cfg, accelerator, model, ref_model, optimizer, tok and ent_ctrl).
     """
-    cfg, accelerator, fsdp = run.cfg, run.accelerator, Lockstep(run)
+    cfg, accelerator, lockstep = run.cfg, run.accelerator, Lockstep(run)
     n_minibatches = max(1, cfg.batch_size // cfg.mini_batch_size)  # per epoch, the same on every process
     mu = cfg.epochs * n_minibatches
     if accelerator.reduce(torch.tensor([float(len(batch))], device=accelerator.device), "sum").item() == 0:
@@ -239,7 +240,7 @@ def update_policy(run: Run, batch: UpdateBatch, alpha: float, step: int) -> Upda
                                             for lp, r in zip(batch.behav_logp, batch.response_ids)):
         raise RuntimeError("--tis-cap: the rollout engine returned no log-probs for a response")
     if mu > 1:  # log pi_old before the first update (with mu == 1 it is logp.detach(): the ratio is 1)
-        fsdp.forwards(-(-len(batch) // cfg.micro_batch_size))
+        lockstep.forwards(-(-len(batch) // cfg.micro_batch_size))
         batch.old_logp = old_logprobs(cfg, run.model, run.tok, batch.prompt_ids, batch.response_ids, accelerator.device)
     shuffle = torch.Generator().manual_seed(cfg.seed * 100003 + step)
     log = UpdateLog()
@@ -271,14 +272,14 @@ def minibatch_gradient(run: Run, batch: UpdateBatch, minibatch: list[int], alpha
     counts = accelerator.reduce(torch.tensor([n_seq, float(sum(n_tok))], device=accelerator.device), "sum").cpu() / world
     norms = (max(counts[0].item(), 1e-9), max(counts[1].item(), 1e-9))  # (num_seqs, num_tokens)
     # (b) the loss of each micro-batch, gradients accumulated (DDP all-reduces once, on the last)
-    fsdp = Lockstep(run)
-    micro_batches = fsdp.micro_batches(split_micro(minibatch, batch.prompt_ids, batch.response_ids, cfg.micro_batch_size,
+    lockstep = Lockstep(run)
+    micro_batches = lockstep.micro_batches(split_micro(minibatch, batch.prompt_ids, batch.response_ids, cfg.micro_batch_size,
                                                    cfg.micro_batch_tokens))
     stats = []
     for k, micro in enumerate(micro_batches):
         with accelerator.no_sync(run.model) if k < len(micro_batches) - 1 else contextlib.nullcontext():
             if not micro:  # no responses here this update: a zero loss still joins the gradient all-reduce
-                fsdp.empty_backward()
+                lockstep.empty_backward()
                 continue
             rows = make_batch(run.tok, [batch.prompt_ids[i] for i in micro], [batch.response_ids[i] for i in micro],
                               accelerator.device)

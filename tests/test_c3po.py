@@ -128,3 +128,11 @@ def test_microbatch_loss_divides_by_the_per_process_budget(world, monkeypatch):
                                     accelerator=types.SimpleNamespace(num_processes=world))
     loss, _ = train.microbatch_loss(learner, batches.MicroBatch(rows, adv, mask, None, None), 0.0, (2.0, 5.0))
     assert loss.item() == pytest.approx((-1.0 * 3 + 2.0 * 2) / (8 / world), abs=1e-12)  # 1 / (8 / W)
+
+
+def test_process_budget_splits_phi_exactly_or_refuses():
+    """Phi / W on each of W processes, so the W greedy selections keep exactly Phi tokens; a Phi that W does not divide
+    is refused (trainer/setup.py turns the refusal into one `error:` line before the run starts)."""
+    assert [c3po.process_budget(12, w) for w in (1, 2, 3, 4)] == [12, 6, 4, 3]
+    with pytest.raises(ValueError, match="does not split over 5 processes"):
+        c3po.process_budget(12, 5)

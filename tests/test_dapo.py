@@ -127,8 +127,8 @@ def test_filter_uses_correctness_not_shaped_reward(metric):
     fake.shape = lambda c, r, sp: Collector.shape(fake, c, r, sp)
     rnd, timeouts = Collector.round(fake, plan, 1)
     assert rnd.rewards == [-1.0, -2.0]  # the shaped rewards go to the advantages
-    assert rnd.filt == ([-1.0, -1.0] if metric == "score" else [False, False])  # the filter's input
-    assert dapo.filter_groups(torch.tensor(rnd.filt, dtype=torch.float64), 2).tolist() == [False]
+    assert rnd.filter_values == ([-1.0, -1.0] if metric == "score" else [False, False])  # the filter's input
+    assert dapo.filter_groups(torch.tensor(rnd.filter_values, dtype=torch.float64), 2).tolist() == [False]
     assert dapo.filter_groups(torch.tensor(rnd.rewards), 2).tolist() == [True]  # the shaped rewards would keep it
 
 

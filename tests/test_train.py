@@ -61,6 +61,20 @@ def test_resume_matches_uninterrupted_run(tiny_model_path, tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
 
 
+@pytest.mark.parametrize("timing", ["code", "paper"])
+def test_resume_keeps_the_entropy_estimate(tiny_model_path, tmp_path, timing):
+    """Skywork's controller resumes with its estimate: under code timing step 3 uses rollout 2's NLL, observed in the
+    update before the checkpoint and held by entropy.AdaptiveEntropy (its state_dict), so 2 + 2 steps equal 4."""
+    extra = ["--recipe", "skywork", "--curriculum", "", "--no-online-filter", "--entropy-target", "100",  # no stages:
+             "--entropy-delta", "1e-3", "--no-rejection-sampling", "--entropy-timing", timing,  # they follow --max-steps
+             "--save-every", "2", "--seed", "3"]
+    full = run(tiny_model_path, tmp_path / "a", "--max-steps", "4", *extra)
+    run(tiny_model_path, tmp_path / "b", "--max-steps", "2", *extra)
+    resumed = run(tiny_model_path, tmp_path / "b", "--max-steps", "4", "--resume", "auto", *extra)
+    assert _strip_perf(full) == _strip_perf(resumed)
+    assert all("policy/entropy_estimate" in r for r in full[1:])
+
+
 @pytest.mark.parametrize("recipe", list(config.RECIPES))
 def test_every_recipe_runs_two_steps(trained_model_path, tmp_path, recipe):
     extra = []

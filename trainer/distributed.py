@@ -31,15 +31,15 @@ def make_accelerator(cfg):
         plugin = FullyShardedDataParallelPlugin(fsdp_version=2, auto_wrap_policy="transformer_based_wrap",
                                                 reshard_after_forward=True, state_dict_type="FULL_STATE_DICT",
                                                 cpu_ram_efficient_loading=False)
-    acc = Accelerator(cpu=not torch.cuda.is_available(), fsdp_plugin=plugin,
-                      mixed_precision="bf16" if precision(cfg) == "bf16-mixed" else "no",
-                      log_with=None if cfg.report_to == "none" else cfg.report_to, project_dir=cfg.output_dir)
-    if plugin is not None and acc.distributed_type == DistributedType.MULTI_CPU:  # both shared states (borgs)
-        PartialState().distributed_type = acc.state.distributed_type = DistributedType.FSDP
-        acc.state.fsdp_plugin = plugin
-    if acc.distributed_type == DistributedType.FSDP and not acc.is_fsdp2:
+    accelerator = Accelerator(cpu=not torch.cuda.is_available(), fsdp_plugin=plugin,
+                              mixed_precision="bf16" if precision(cfg) == "bf16-mixed" else "no",
+                              log_with=None if cfg.report_to == "none" else cfg.report_to, project_dir=cfg.output_dir)
+    if plugin is not None and accelerator.distributed_type == DistributedType.MULTI_CPU:  # both shared states (borgs)
+        PartialState().distributed_type = accelerator.state.distributed_type = DistributedType.FSDP
+        accelerator.state.fsdp_plugin = plugin
+    if accelerator.distributed_type == DistributedType.FSDP and not accelerator.is_fsdp2:
         raise SystemExit("error: FSDP1 is not supported: set fsdp_version: 2 in the accelerate config (configs/fsdp.yaml)")
-    return acc
+    return accelerator
 
 
 class Lockstep:
@@ -47,10 +47,10 @@ class Lockstep:
     process with fewer responses joins the others' passes with one-token forwards whose loss is zero. Without FSDP
     only the empty micro-batch's zero-loss backward remains (DDP's gradient all-reduce needs every process).
 
-        fsdp = Lockstep(run)
-        fsdp.forwards(n)                   # before n no-grad forwards here (log pi_old): the others' extra ones
-        for micro in fsdp.micro_batches(micro_batches):   # padded with [] to the count every process runs
-            if not micro: fsdp.empty_backward(); continue  # a zero loss that still joins the all-reduce
+        lockstep = Lockstep(run)
+        lockstep.forwards(n)               # before n no-grad forwards here (log pi_old): the others' extra ones
+        for micro in lockstep.micro_batches(micro_batches):   # padded with [] to the count every process runs
+            if not micro: lockstep.empty_backward(); continue  # a zero loss that still joins the all-reduce
     """
 
     def __init__(self, run):

@@ -68,12 +68,12 @@ STAT_SUMS = ("reward", "reward_sq", "correct", "responses", "tokens", "longest",
              "groups", "generated")  # summed over processes (the longest: the max)
 
 
-def step_stats(accelerator, ro) -> StepStats:
+def step_stats(accelerator, rollout) -> StepStats:
     """The step's rollout metrics (a Rollout on each process), summed over processes."""
-    world, comps, G = accelerator.num_processes, ro.completions, ro.group_size
-    local = [sum(ro.rewards), sum(r * r for r in ro.rewards), sum(ro.correct), len(comps), sum(c.length for c in comps),
-             max(c.length for c in comps), sum(c.truncated for c in comps), ro.timeouts,
-             float((torch.tensor(ro.rewards).view(-1, G).std(1) == 0).sum()), len(ro.idx), ro.generated]
+    world, comps, G = accelerator.num_processes, rollout.completions, rollout.group_size
+    local = [sum(rollout.rewards), sum(r * r for r in rollout.rewards), sum(rollout.correct), len(comps),
+             sum(c.length for c in comps), max(c.length for c in comps), sum(c.truncated for c in comps), rollout.timeouts,
+             float((torch.tensor(rollout.rewards).view(-1, G).std(1) == 0).sum()), len(rollout.idx), rollout.generated]
     every = accelerator.gather(torch.tensor(local, dtype=torch.float64).to(accelerator.device)).view(world, -1).cpu()
     s = dict(zip(STAT_SUMS, every.sum(0).tolist()))
     s["longest"] = every[:, STAT_SUMS.index("longest")].max().item()
@@ -84,9 +84,9 @@ def step_stats(accelerator, ro) -> StepStats:
            "rollout/truncated_frac": s["truncated"] / n, "reward/timeouts": int(s["timeouts"]),
            "rollout/generated": int(s["generated"])}
     # per difficulty level (when the data has levels): groups, and groups with a signal (rewards not all equal)
-    signal = (torch.tensor(ro.rewards, dtype=torch.float64).view(-1, G).std(1) > 0).tolist()
+    signal = (torch.tensor(rollout.rewards, dtype=torch.float64).view(-1, G).std(1) > 0).tolist()
     per_level = torch.zeros(2, 5, dtype=torch.float64)
-    for ex, sig in zip(ro.examples, signal):
+    for ex, sig in zip(rollout.examples, signal):
         if ex.level in (1, 2, 3, 4, 5):
             per_level[:, ex.level - 1] += torch.tensor([1.0, float(sig)], dtype=torch.float64)
     per_level = accelerator.reduce(per_level.to(accelerator.device), "sum").cpu()
