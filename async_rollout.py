@@ -24,7 +24,7 @@ behaviour weight w = pi_prox / pi_behav capped at C (`--tis-cap C`, 2.0 by defau
 
     loss_t = w_t * max(-A r_t, -A clip(r_t, 1 - eps_low, 1 + eps_high)),     r_t = pi_theta / pi_prox
 
-What happens above the cap is the choice the two peers make differently (`--tis-mode`, rollout.tis_weights):
+What happens above the cap is the choice the two peers make differently (`--tis-mode`, tis_weights below):
   truncate  (default) w = min(w, C): verl's decoupled token-level IS (rollout_corr_helper's
             compute_rollout_correction_weights clamps at rollout_is_threshold, 2.0 by default, then
             compute_policy_loss_vanilla multiplies the loss by it); TRL's token_truncate; AReaL's action='clamp'.
@@ -87,6 +87,8 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
+
+import torch
 
 
 class Stopped(BaseException):
@@ -195,3 +197,51 @@ class Producer:
     def put_back(self, pending: Pending) -> None:
         """A batch restored from a checkpoint: taken next, not generated again."""
         self._pending = pending
+
+
+# ------------------------------------------------------------------------------------------------
+# The decoupled loss's behaviour weight w = pi_prox / pi_behav, capped (the module docstring): the trainer passes it to
+# the idea file's policy_loss as token_weights (train.microbatch_loss), with --rollout-lag or --tis-cap alone (the
+# engine's own log-probs as pi_behav)
+# ------------------------------------------------------------------------------------------------
+TIS_MODES = ("truncate", "mask")  # --tis-mode: what a weight above the cap becomes
+
+
+def tis_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor, cap: float = 2.0,
+                mode: str = "truncate") -> torch.Tensor:
+    """Truncated importance sampling (TIS): per-token min(exp(log pi_old - log pi_engine), cap), 0 where mask is 0.
+
+    mode 'truncate' (the default) caps a weight above `cap` at `cap` (TRL's vllm_importance_sampling_mode
+    'token_truncate'; verl's rollout_is='token', which clamps at rollout_is_threshold; AReaL's action='clamp');
+    'mask' drops such a token instead: weight 0, while it still counts in the loss's denominators (TRL's
+    'token_mask'; AReaL's ppo_actor_loss_fn with a cap: behav_imp_weight_cap until 2026-03-02, then
+    behave_imp_weight_mode 'token_mask', and since 2026-04-20 its rejection sampling with action='mask'). Weights
+    at or below the cap are the plain ratio in both. Peer code as read: huggingface/trl f2cd577 (2026-07-24),
+    verl-project/verl 1dda039 (2026-08-22), areal-project/AReaL cbff54d (2026-08-22) and its history; AReaL computes
+    the weight and the test in float32 (async_rollout.py's departures).
+
+    The engine samples with its own kernels (and maybe precision), so its distribution pi_engine differs a little
+    from the trainer's pi_old even with identical weights: a rollout is slightly off-policy. Multiplying each
+    token's policy-gradient term by this (detached, capped) ratio corrects for it (Yao et al. 2025, "Your
+    Efficient RL Framework Secretly Brings You Off-Policy RL Training"; TRL's `vllm_importance_sampling_correction`
+    with `vllm_importance_sampling_clip_max`; `vllm_importance_sampling_cap`, its old name, is deprecated since TRL
+    1.6.0). Off by default in the trainer. Inputs (N, T); trainer_logp are the old-policy log-probs from the
+    trainer's forward, engine_logp `Completion.logprobs` padded to T.
+    """
+    if mode not in TIS_MODES:
+        raise ValueError(f"tis mode {mode!r} is not one of {', '.join(TIS_MODES)}")
+    m = mask.bool()
+    diff = (trainer_logp.detach() - engine_logp.detach()).masked_fill(~m, 0.0)
+    w = torch.exp(diff)
+    return (w.clamp(max=cap) if mode == "truncate" else w.masked_fill(w > cap, 0.0)) * m
+
+
+def tis_stats(weights: torch.Tensor, prox_logp: torch.Tensor, behav_logp: torch.Tensor, mask: torch.Tensor, cap: float,
+              mode: str = "truncate") -> dict:
+    """The weights' sums over a micro-batch's counted tokens (trainer.metrics.TIS_SUMS; summed over micro-batches and
+    processes into policy/tis_*): the weight, tokens capped (truncate) or dropped (mask), |log pi_prox - log pi_behav|,
+    the tokens, the weight squared (for the effective sample size)."""
+    over = (weights >= cap) if mode == "truncate" else (weights == 0)  # capped, or dropped (mask)
+    return {"weight": (weights * mask).sum().item(), "capped": (over & mask.bool()).sum().item(),
+            "logp_gap": ((prox_logp - behav_logp).abs() * mask).sum().item(), "tokens": mask.sum().item(),
+            "weight_sq": (weights * weights * mask).sum().item()}

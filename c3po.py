@@ -4,7 +4,8 @@ Same functions, same order as grpo.py, so `diff grpo.py c3po.py` is C3PO's chang
   1) fixed training-token budget: exactly Phi response tokens per optimizer step, chosen greedily (Eq. 3, Fig. 3)
   2) constant normaliser 1/Phi, loss_agg="budget" ("homogeneous gradient scaling", Sec. 3.2)
   3) Ring-lite keeps a KL loss, beta = 1e-3, and a symmetric eps = 0.2 (Sec. 4.1)
-The entropy term of Ring-lite's total loss (Eq. 6, alpha = 5e-4) lives in entropy.py. Tests: tests/test_c3po.py.
+The paper's settings are `PAPER`, the flags `--recipe c3po` runs (config.RECIPES). The entropy term of Ring-lite's
+total loss (Eq. 6, alpha = 5e-4) lives in entropy.py. Tests: tests/test_c3po.py.
 
     L_C3PO(theta) = -E[ 1/Phi sum_{i in S} sum_t 1[y_it in Y] ( min(r_it A_i, clip(r_it, 1-eps, 1+eps) A_i)
                                                                - beta D_KL,it ) ]   s.t. |Y| = Phi          (Eq. 2)
@@ -31,13 +32,24 @@ Where the paper is silent, and what this file chooses (Ring-lite released no RL 
     there is one step per rollout). The paper does not say how Phi relates to mini-batches, nor define its
     "token-budgeted dynamic sampling"; filtering zero-advantage groups first (dapo.filter_groups) composes.
   * Micro-batches each divide by the same Phi, so gradient accumulation sums to the exact 1/Phi loss; under DDP,
-    whose all-reduce averages over W processes, pass budget = Phi / W.
+    whose all-reduce averages over W processes, each process selects and divides by Phi / W (process_budget, which
+    refuses a Phi that W does not divide).
 """
 from __future__ import annotations
 
-import random
+import random  # C3PO change 1: budget_select's seeded shuffle
 
 import torch
+
+# The paper's settings, as train.py flags: its recipe in config.RECIPES runs these (a length or batch size scaled to
+# the built-in task there, beside the paper's), so an edit here changes what `--recipe` runs.
+PAPER = dict(
+    clip_low=0.2, clip_high=0.2,  # eps, symmetric
+    token_budget=409_600,  # C3PO change 1 (Sec. 4.1): Phi tokens per optimizer step; loss_agg "budget" follows (change 2)
+    kl_coef=1e-3,  # C3PO change 3 (Sec. 4.1): Ring-lite keeps a KL loss, beta = 1e-3 (needs ref_logp)
+    entropy_coef=5e-4,  # Ring-lite's total loss (Eq. 6): C3PO's loss + an entropy bonus, alpha = 5e-4 (entropy.py)
+    eval_temperature=1.0, eval_top_p=0.95,  # Ring-lite Table 1: T 1.0, top-p 0.95
+)
 
 LOSS_AGG = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum", "budget")  # C3PO change 2: "budget"
 
@@ -57,29 +69,13 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool 
     return adv.to(torch.float32).view(-1)  # (N,)
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False):
-    """log pi(token_t) under softmax(logits / temperature), and optionally the full-vocabulary entropy.
-
-    logits (N, T, V) are the scores that predict tokens (N, T) (already shifted by one position).
-    Returns logp (N, T) and entropy (N, T) or None. Equals minus HF's per-token cross-entropy at tau = 1.
-    """
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature  # (N, T, V), >= fp32
-    logz = torch.logsumexp(logits, dim=-1)  # (N, T)
-    logp = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - logz  # (N, T)
-    ent = None
-    if with_entropy:
-        p = torch.softmax(logits, dim=-1)  # (N, T, V)
-        ent = logz - (p * logits).sum(-1)  # H = logZ - E_p[logit]  (N, T)
-    return logp, ent
-
-
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """k3 estimator of KL(pi_theta || pi_ref) per token: exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman, 2020)."""
     d = ref_logp - logp  # (N, T)
     return torch.exp(d) - d - 1
 
 
-def clipped_surrogate(logp, old_logp, advantages, clip_low: float = 0.2, clip_high: float = 0.2):
+def clipped_surrogate(logp, old_logp, advantages, clip_low: float = PAPER["clip_low"], clip_high: float = PAPER["clip_high"]):
     """Per-token PPO-clip loss -min(r A, clip(r, 1-eps_low, 1+eps_high) A) and where each clip bound is active.
 
     advantages (N,) broadcast over T. GRPO uses a symmetric eps: clip_low == clip_high.
@@ -96,25 +92,29 @@ def clipped_surrogate(logp, old_logp, advantages, clip_low: float = 0.2, clip_hi
 
 
 def dual_clip(loss_tok: torch.Tensor, advantages: torch.Tensor, c: float):
-    """Dual clip (grpo.dual_clip, verl's clip_ratio_c): for A < 0 the loss is at most c * |A|; (loss, where active)."""
+    """Dual-clip PPO (Ye et al. 2020, arXiv 1912.09729) on a per-token clipped loss (N, T): for A < 0 the loss is
+    at most c * |A|, so a ratio far above 1 + eps on a negative advantage cannot push the loss up without bound.
+    verl's compute_policy_loss_vanilla (clip_ratio_c, 3.0 by default, always on; 1dda039, 2026-08-22) and AReaL's
+    ppo_actor_loss_fn (c_clip, off by default; cbff54d, 2026-08-22). Returns the loss and where the bound is active,
+    (N, T) bool."""
     if not c > 1:
         raise ValueError(f"the dual-clip constant must be > 1, got {c}")
     adv = advantages.unsqueeze(-1).to(loss_tok.dtype).expand_as(loss_tok)  # (N, T)
-    bound = -adv * c
+    bound = -adv * c  # c * |A| where A < 0
     active = (adv < 0) & (loss_tok > bound)
     return torch.where(adv < 0, torch.minimum(loss_tok, bound), loss_tok), active
 
 
 def aggregate(
     loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: float | None = None, num_tokens: float | None = None,
-    budget: float | None = None,
+    budget: float | None = None,  # C3PO change 2: Phi, the constant normaliser
 ):
     """Reduce a per-token loss (N, T) to a scalar.
 
     seq-mean-token-mean  1/num_seqs  * sum_i (sum_t m_it l_it / sum_t m_it)   GRPO, DeepSeekMath Eq. 3
     token-mean           1/num_tokens * sum_i sum_t m_it l_it                 DAPO Eq. 12 (mini-batch token mean)
     seq-mean-token-sum   1/num_seqs  * sum_i sum_t m_it l_it                  Dr. GRPO-style (no length normaliser)
-    budget               1/budget    * sum_i sum_t m_it l_it                  C3PO Eq. 2 (constant 1/Phi)
+    budget               1/budget    * sum_i sum_t m_it l_it                  C3PO Eq. 2 (constant 1/Phi), C3PO change 2
     num_seqs / num_tokens default to this tensor's own counts; pass the mini-batch totals when it is a micro-batch.
     num_seqs counts the NON-EMPTY rows: a fully masked row (DAPO's overlong filter, C3PO's budget) leaves the loss and
     the mean. verl (1dda039, 2026-08-22) counts them only when given no global batch size; its trainer divides by
@@ -139,18 +139,19 @@ def aggregate(
 
 
 def policy_loss(
-    logp, old_logp, advantages, mask, ref_logp=None, *,
-    # C3PO change 3 (Ring-lite Sec. 4.1): symmetric eps = 0.2 and a KL loss with beta = 1e-3 (needs ref_logp)
-    clip_low=0.2, clip_high=0.2, kl_coef=1e-3,
-    # C3PO change 2 (Sec. 3.2, Eq. 2): divide by the constant budget Phi; mask must be budget_mask(mask, kept)
-    loss_agg="budget", num_seqs=None, num_tokens=None, budget=None, token_weights=None, dual_clip_c=0.0,
+    logp, old_logp, advantages, mask, ref_logp=None, *, clip_low=PAPER["clip_low"], clip_high=PAPER["clip_high"],
+    # C3PO change 2 (Sec. 3.2, Eq. 2): divide by the constant budget Phi (per process: process_budget); mask must be
+    # budget_mask(mask, kept)
+    kl_coef=PAPER["kl_coef"], loss_agg="budget", num_seqs=None, num_tokens=None, budget=None, token_weights=None,
+    dual_clip_c=0.0,
 ):
-    """C3PO loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
+    """The loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
 
     Shapes: logp, old_logp, ref_logp, mask (N, T); advantages (N,). Returns (loss, metrics dict of floats).
     token_weights (N, T), detached, multiply the clipped surrogate per token (not the KL term): truncated
-    importance sampling between the rollout engine and the trainer (rollout.tis_weights); None = all ones.
-    dual_clip_c: grpo.policy_loss's (verl's dual clip; 0 = off).
+    importance sampling between the rollout engine and the trainer (async_rollout.tis_weights); None = all ones.
+    dual_clip_c > 1 bounds the clipped loss of a negative advantage by c * |A| before the weights (`dual_clip`,
+    verl's clip_ratio_c); 0 = off, and then the metrics have no `clip_frac_dual`.
     """
     loss_tok, clipped_low, clipped_high = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
     dual = None
@@ -164,7 +165,7 @@ def policy_loss(
             raise ValueError("kl_coef > 0 needs ref_logp")
         kl = kl_k3(logp, ref_logp)  # (N, T)
         loss_tok = loss_tok + kl_coef * kl
-    loss = aggregate(loss_tok, mask, loss_agg, num_seqs, num_tokens, budget)
+    loss = aggregate(loss_tok, mask, loss_agg, num_seqs, num_tokens, budget)  # C3PO change 2: 1/Phi
     m = mask.bool()
     n = m.sum().clamp(min=1)
     metrics = {
@@ -201,6 +202,17 @@ def budget_mask(mask: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
     """1[y_it in Y] (N, T): the first kept_i counted tokens of each row of mask (any padding side)."""
     pos = torch.cumsum(mask.long(), dim=-1)  # (N, T); k on the k-th response token
     return mask * (pos <= kept.to(mask.device).unsqueeze(-1)).to(mask.dtype)  # (N, T)
+
+
+def process_budget(budget: int, world: int) -> int:
+    """Phi / W: one process's share of the step's budget under DDP over W processes. Each process selects Phi / W
+    tokens of its own responses and divides its loss by Phi / W; DDP averages the W gradients, so the step's
+    gradient is that of exactly Phi tokens over 1/Phi. A Phi that does not split evenly is refused (trainer/setup.py
+    stops the run with one line before it starts), so |Y| = Phi holds exactly on any number of processes."""
+    if budget % world:
+        raise ValueError(f"--token-budget {budget} does not split over {world} processes (C3PO keeps exactly Phi tokens "
+                         f"a step, Phi / {world} on each): give a multiple of {world}")
+    return budget // world
 
 
 def budget_metrics(lengths, kept: torch.Tensor, budget: int) -> dict:

@@ -1,7 +1,8 @@
 """CISPO: clipped IS-weight policy optimisation (MiniMax-M1, arXiv 2506.13585, Sec. 3.1, Eq. 3-7).
 
 Same functions, same order as grpo.py, so `diff grpo.py cispo.py` is CISPO's change list; each change is marked
-`# CISPO change k` where it lands. Advantages, log-probs, KL and aggregation are grpo.py's, unchanged (M1 has no KL).
+`# CISPO change k` where it lands. The paper's settings are `PAPER`, the flags `--recipe cispo` runs (config.RECIPES).
+Advantages, log-probs, KL and aggregation are grpo.py's, unchanged (M1 has no KL).
   1) REINFORCE with a clipped, detached importance weight: sg(r^_it) A_i log pi_theta; no token's gradient is dropped
      (PPO's clip drops the rare "fork" tokens, "However", "Wait", after the first update)                 (Eq. 3-5)
   2) the weight is capped above only: eps_high = 4 (cap 1 + 4 = 5), eps_low = 1 (1 - eps_low = 0 never binds) (Eq. 5)
@@ -53,6 +54,14 @@ from __future__ import annotations
 
 import torch
 
+# The paper's settings, as train.py flags: its recipe in config.RECIPES runs these (a length or batch size scaled to
+# the built-in task there, beside the paper's), so an edit here changes what `--recipe` runs.
+PAPER = dict(
+    clip_low=1.0, clip_high=4.0,  # CISPO change 2 (Eq. 5): the weight capped above at 1 + 4 = 5, no lower bound (1 - 1 = 0)
+    loss_agg="token-mean",  # CISPO change 3 (Eq. 4): token-level loss, as dapo.py
+    kl_coef=0.0,  # CISPO change 3: M1 has no KL term (Eq. 4)
+)
+
 LOSS_AGG = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum")
 
 
@@ -71,29 +80,13 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool 
     return adv.to(torch.float32).view(-1)  # (N,)
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False):
-    """log pi(token_t) under softmax(logits / temperature), and optionally the full-vocabulary entropy.
-
-    logits (N, T, V) are the scores that predict tokens (N, T) (already shifted by one position).
-    Returns logp (N, T) and entropy (N, T) or None. Equals minus HF's per-token cross-entropy at tau = 1.
-    """
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature  # (N, T, V), >= fp32
-    logz = torch.logsumexp(logits, dim=-1)  # (N, T)
-    logp = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - logz  # (N, T)
-    ent = None
-    if with_entropy:
-        p = torch.softmax(logits, dim=-1)  # (N, T, V)
-        ent = logz - (p * logits).sum(-1)  # H = logZ - E_p[logit]  (N, T)
-    return logp, ent
-
-
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """k3 estimator of KL(pi_theta || pi_ref) per token: exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman, 2020)."""
     d = ref_logp - logp  # (N, T)
     return torch.exp(d) - d - 1
 
 
-def clipped_surrogate(logp, old_logp, advantages, clip_low: float = 1.0, clip_high: float = 4.0):
+def clipped_surrogate(logp, old_logp, advantages, clip_low: float = PAPER["clip_low"], clip_high: float = PAPER["clip_high"]):
     """Per-token CISPO loss -sg(clip(r, 1-eps_low, 1+eps_high)) A log pi and where the weight is capped, below and above
     (CISPO change 1). advantages (N,) broadcast over T.
     Returns loss (N, T), capped_low (N, T) bool, capped_high (N, T) bool.
@@ -140,18 +133,16 @@ def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: f
 
 
 def policy_loss(
-    logp, old_logp, advantages, mask, ref_logp=None, *,
-    # CISPO change 2 (Eq. 5): the weight capped above at 1 + 4 = 5, no lower bound (1 - 1 = 0)
-    clip_low=1.0, clip_high=4.0, kl_coef=0.0,
-    # CISPO change 3 (Eq. 4): token-level loss; num_tokens = the mini-batch's response tokens (as dapo.py)
-    loss_agg="token-mean", num_seqs=None, num_tokens=None, token_weights=None, dual_clip_c=0.0,
+    logp, old_logp, advantages, mask, ref_logp=None, *, clip_low=PAPER["clip_low"], clip_high=PAPER["clip_high"],
+    kl_coef=PAPER["kl_coef"], loss_agg=PAPER["loss_agg"], num_seqs=None, num_tokens=None, token_weights=None,
+    dual_clip_c=0.0,
     unified_mask=False,  # CISPO change 4 (Eq. 6-7): M_it, off as in M1's runs
 ):
     """The loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
 
     Shapes: logp, old_logp, ref_logp, mask (N, T); advantages (N,). Returns (loss, metrics dict of floats).
     token_weights (N, T), detached, multiply the clipped surrogate per token (not the KL term): truncated
-    importance sampling between the rollout engine and the trainer (rollout.tis_weights); None = all ones.
+    importance sampling between the rollout engine and the trainer (async_rollout.tis_weights); None = all ones.
     dual_clip_c must be 0: CISPO change 5, refused (`dual_clip`).
     """
     loss_tok, capped_low, capped_high = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)

@@ -6,8 +6,9 @@
 Each field of `Config` is declared once, with everything about it: its --help group, default, help text, choices and
 check (`flag(GROUP, default, help, choices=..., check=...)`); `build_parser` makes the command line from the fields and
 `Config.validate` runs the fields' own checks, then the rules that relate two or more flags. Adding a flag is one
-edit here (and reading it where it acts). `RECIPES` holds each paper's choices, `parse_config` applies a recipe, LoRA's
-learning-rate default and a resumed run's saved settings (runs.py), in that order.
+edit here (and reading it where it acts). `RECIPES` holds each paper's choices (its idea file's `PAPER`, lengths
+scaled to the built-in task), `parse_config` applies a recipe, LoRA's learning-rate default and a resumed run's saved
+settings (runs.py), in that order.
 """
 from __future__ import annotations
 
@@ -17,15 +18,22 @@ import math
 import os
 from dataclasses import dataclass, field
 
+import c3po
+import cispo
+import dapo
 import grpo
+import gspo
 import runs
 from engines.stops import read_stops
 from tasks.templates import TEMPLATES, parse_template_kwargs
 from tools.cli import ArgParser
 
 
-# Each paper's choices (the papers' sections named per line), lengths and batch sizes scaled to the built-in task
-# (responses of 10-50 tokens, 32 prompts x 8 = 256 responses per step; the papers generate 4K-32K tokens for 512 x 16).
+# Each paper's choices. A recipe's loss and mechanism settings are its idea file's `PAPER` (grpo.py, dapo.py, c3po.py,
+# gspo.py, cispo.py: an edit there changes what `--recipe` runs); what stays here is (a) the lengths and batch sizes,
+# scaled to the built-in task (responses of 10-50 tokens, 32 prompts x 8 = 256 responses per step; the papers generate
+# 4K-32K tokens for 512 x 16), each through `scaled`, beside the paper's value it replaces, and (b) the recipes whose
+# papers have no idea file of their own (Skywork-OR1, MiMo, Compass-Thinker), which name the file they take from.
 # Anything not listed keeps the Config default (GRPO): reward 1/0, eps 0.2/0.2, one update per rollout (mu = 1),
 # --filter-metric auto (correctness; the partial scores under code-strict / code-soft), greedy + avg@4 evaluation.
 # mu (updates per rollout) = batch_size / mini_batch_size: DAPO, MiMo and Compass make 16 (mini-batch = 1/16 of the
@@ -34,52 +42,69 @@ from tools.cli import ArgParser
 # here to mini-batches of 16 of the 256 responses. Measured on the built-in task at the default lr 1e-4: mu = 16
 # still learns and clip-higher acts (clip fractions > 0 on every step; README "Recipes").
 MU16 = dict(mini_batch_size=16)
+
+
+def scaled(paper: dict, **toy) -> dict:
+    """An idea file's PAPER with `toy`'s values in place of the paper's lengths and sizes (a key the paper does not set
+    is an error: every scaled value replaces one the paper states)."""
+    unknown = set(toy) - set(paper)
+    if unknown:
+        raise KeyError(f"scaled: {sorted(unknown)} are not the paper's settings")
+    return {**paper, **toy}
+
+
+def take(paper: dict, *keys: str) -> dict:
+    """Some of an idea file's PAPER settings: a paper that says it uses another's (MiMo's "DAPO-style" loss)."""
+    return {k: paper[k] for k in keys}
+
+
 RECIPES = {
     # Prompt templates (--template): only DAPO names one (its README: the 'Answer:' line, read by --reward math-dapo;
     # --template dapo --reward math-dapo). The other papers do not print theirs [unspecified]: their recipes keep
     # 'auto' (the tokenizer's chat template, else plain) and the \boxed{} reward, so that the recipes compare.
-    "grpo": {},  # DeepSeekMath GRPO without KL (add --kl-coef 0.04 for the original)
+    "grpo": dict(**grpo.PAPER),  # DeepSeekMath GRPO without KL (grpo.PAPER; add --kl-coef 0.04 for the original)
     "dapo": dict(  # DAPO Sec. 3, Alg. 1 and verl's DAPO recipe scripts (verl-project/verl-recipe 48ea0a7, 2026-08-05)
-        algorithm="dapo", wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, overlong_buffer=16,
-        **MU16,  # 16 updates per rollout (train batch 512 prompts x 16, ppo_mini_batch_size 32 prompts)
-        gen_batch_factor=3,  # the recipe: gen_batch_size 1536 = 3 x train_batch_size 512, up to 10 rounds
-        eval_temperature=1.0, eval_top_p=0.7),  # Sec. 4.1: avg@32 at T = 1.0, top-p 0.7
+        algorithm="dapo",
+        **scaled(dapo.PAPER, overlong_buffer=16, max_new_tokens=64),  # L_cache 4096 of L_max 20480 -> 16 of 64 tokens
+        **MU16),  # 16 updates per rollout (train batch 512 prompts x 16, ppo_mini_batch_size 32 prompts)
     "c3po": dict(  # Ring-lite Sec. 3.2, 4.1: token budget, KL 1e-3, entropy bonus 5e-4, 1/0 reward; on-policy (mu = 1:
         # the paper's "minibatch 2" is unexplained and Phi tokens per update is the budget's own unit)
-        algorithm="c3po", token_budget=4096, kl_coef=1e-3, entropy_coef=5e-4, eval_temperature=1.0, eval_top_p=0.95,  # Table 1: T 1.0, top-p 0.95
+        algorithm="c3po",
+        **scaled(c3po.PAPER, token_budget=4096),  # Phi 409,600 tokens per step -> 4096 (of ~256 x 16-64 tokens)
         # Sec. 3.4 two-stage RL: math first, then code (+ science, not built in) with the length limit raised (24K -> 32K
         # there, 64 -> 96 tokens here); code scores 1 only when every test passes. The steps split evenly (--max-steps)
         stages="data=builtin-math reward=math max_new_tokens=64; "
                "data=builtin-code reward=code max_new_tokens=96 eval_problems=100"),
     "skywork": dict(  # Skywork-OR1 MAGIC Sec. 3: token-mean, no KL, adaptive entropy, rejection sampling, stages;
-        # its verifier's format rule (Sec. 7.1): the last \boxed{} or nothing
-        algorithm="dapo", reward="math-strict", loss_agg="token-mean", adaptive_entropy=True, rejection_sampling=True, curriculum="skywork",
+        # its verifier's format rule (Sec. 7.1): the last \boxed{} or nothing. Its loss (Eq. 3.1) is DAPO's token-level
+        # loss with GRPO's symmetric eps 0.2/0.2 (the defaults)
+        algorithm="dapo", reward="math-strict", **take(dapo.PAPER, "loss_agg"), adaptive_entropy=True,
+        rejection_sampling=True, curriculum="skywork",
         mini_batch_size=128,  # N_SGD = 2: Math-7B's Table 10 (batch 256, mini-batch 128), whose stages the curriculum follows
-        # (OR1-7B / 32B ran N_SGD = 1); eps 0.2/0.2; adaptive entropy with its released code's timing (--entropy-timing)
+        # (OR1-7B / 32B ran N_SGD = 1); adaptive entropy with its released code's timing (--entropy-timing)
         online_filter=True,  # Sec. 3.1: at each stage start, drop prompts solved perfectly in the previous stage
         eval_temperature=1.0, eval_top_p=1.0),  # Table 13: avg@32 (AIME) at T = 1, top-p 1
     "mimo": dict(  # MiMo Sec. 3.3: DAPO-style loss, dynamic sampling, easy-data resampling alpha = 0.1; eps unstated
         # [unspecified]: DAPO's 0.2/0.28; filter on the partial scores with its code rewards (--filter-metric auto)
-        algorithm="dapo", clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, easy_pool_alpha=0.1,
+        algorithm="dapo", **take(dapo.PAPER, "clip_high", "loss_agg", "dynamic_sampling"), easy_pool_alpha=0.1,
         **MU16,  # batch 512, actor mini-batch 32: 16 gradient updates per iteration (Sec. 3.3.3)
         eval_temperature=0.6, eval_top_p=0.95),  # Tables 4-6: T 0.6, top-p 0.95
     "compass": dict(  # Compass-Thinker Sec. 3-4: +-1 reward, DAPO-style loss, dynamic sampling, easy -> hard stages;
         # eps unstated [unspecified]: DAPO's 0.2/0.28. No online filter: dropping prompts solved in the previous stage is
         # Skywork-OR1's, not Compass-Thinker's. Evaluation: Sec. 4.3 gives no decoding settings [unspecified]: the
         # training T = 1.0, top-p 1.0 (the defaults)
-        algorithm="dapo", wrong_reward=-1.0, clip_high=0.28, loss_agg="token-mean", dynamic_sampling=True, curriculum="compass",
+        algorithm="dapo", **take(dapo.PAPER, "wrong_reward", "clip_high", "loss_agg", "dynamic_sampling"),
+        curriculum="compass",
         **MU16),  # Sec. 4.1: batch 128, actor mini-batch 32, 16 gradient updates per iteration
     # After the seeds: the two losses the peers ship. Both are inert on-policy (mu = 1: the ratio is exactly 1), as
     # clip-higher is, so each recipe makes several updates per rollout, as its paper does.
-    "gspo": dict(  # GSPO (arXiv 2507.18071v2) Eq. 5-7, Sec. 5.1: the sequence ratio clipped to [1 - 3e-4, 1 + 4e-4], one
-        # term per response (seq-mean-token-mean, the default), no KL ("try to turn off the KL loss", the author's advice)
-        algorithm="gspo", clip_low=3e-4, clip_high=4e-4,
+    "gspo": dict(  # GSPO (arXiv 2507.18071v2) Eq. 5-7, Sec. 5.1: the sequence ratio clipped, one term per response
+        algorithm="gspo", **gspo.PAPER,
         mini_batch_size=64),  # Sec. 5.1: each rollout batch split into 4 mini-batches (mu = 4)
-    "cispo": dict(  # MiniMax-M1 Sec. 3.1, Eq. 4-5: the detached weight capped at 1 + 4 = 5 (no eps_high in the paper:
-        # cispo.py says why 4), no lower bound (1 - 1 = 0), token-level loss, no KL. M1 also uses DAPO's dynamic sampling
-        # and length penalty; the recipe leaves them out so that it differs from grpo in the loss alone (add
-        # --dynamic-sampling --overlong-buffer 16 for them)
-        algorithm="cispo", clip_low=1.0, clip_high=4.0, loss_agg="token-mean",
+    "cispo": dict(  # MiniMax-M1 Sec. 3.1, Eq. 4-5: the detached weight capped at 1 + 4 = 5 (cispo.py says why 4), token-
+        # level loss, no KL. M1 also uses DAPO's dynamic sampling and length penalty; the recipe leaves them out so that
+        # it differs from grpo in the loss alone (add --dynamic-sampling --overlong-buffer 16 for them)
+        algorithm="cispo", **cispo.PAPER,
         **MU16,  # Sec. 3.1: 16 rounds of off-policy updates per generation batch
         # lr scaled to the tiny model as every recipe's is, but a quarter of the others' 1e-4: CISPO has no trust region
         # (no token's gradient is ever dropped), so 16 updates at 1e-4 move the policy 16 full steps and collapsed it
@@ -251,16 +276,18 @@ class Config:
                                               check=PROBABILITY)
     vllm_sleep: bool = flag(ROLLOUT, False, "vLLM on GPU: sleep the engine (free its KV cache) during the optimizer "
                                             "updates")
-    # The peers' names for --tis-cap / --tis-mode (rollout.tis_weights names the versions read: TRL f2cd577, 2026-07-24;
+    # The peers' names for --tis-cap / --tis-mode (async_rollout.tis_weights names the versions read: TRL f2cd577,
+    # 2026-07-24;
     # verl-project/verl 1dda039 and areal-project/AReaL cbff54d, 2026-08-22); 2.0 is verl's rollout_is_threshold default
-    tis_cap: float = flag(ROLLOUT, 0.0, "truncated importance sampling (rollout.tis_weights): each token's surrogate "
+    tis_cap: float = flag(ROLLOUT, 0.0, "truncated importance sampling (async_rollout.tis_weights): each token's surrogate "
                                         "term is weighted by min(pi_old / pi_engine, cap), correcting for the engine "
                                         "sampling from a slightly different distribution than the trainer's (other "
                                         "kernels, bf16); 0 = off; needs an engine that returns log-probs (--rollout "
                                         "vllm). TRL's vllm_importance_sampling_clip_max; 2.0 is a common cap",
                           check=lambda v: (v < 0 or 0 < v < 1) and f"must be 0 (off) or >= 1, got {v}")
     # --- reward ---
-    tis_mode: str = flag(ROLLOUT, "truncate", "what a --tis-cap weight above the cap becomes (rollout.tis_weights): "
+    tis_mode: str = flag(ROLLOUT, "truncate", "what a --tis-cap weight above the cap becomes "
+                                               "(async_rollout.tis_weights): "
                                               "'truncate' = the cap (verl's token-level rollout IS, TRL's "
                                               "token_truncate) or 'mask' = 0, the token dropped but still counted in "
                                               "the loss's denominators (AReaL's behaviour-weight cap, TRL's "

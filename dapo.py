@@ -1,9 +1,10 @@
 """DAPO: an open-source LLM reinforcement learning system at scale (arXiv 2503.14476), Sec. 3, Alg. 1, Eq. 8-13.
 
 Same functions, same order as grpo.py, so `diff grpo.py dapo.py` is DAPO's change list; each change is marked
-`# DAPO change k` where it lands. Advantages, log-probs and KL are grpo.py's, unchanged (DAPO sets beta = 0).
+`# DAPO change k` where it lands. The paper's settings are `PAPER`, the flags `--recipe dapo` runs (config.RECIPES).
+Advantages and KL are grpo.py's, unchanged (DAPO sets beta = 0); the log-probs are grpo.token_logprobs for every recipe.
   1) clip-higher: eps_low = 0.2, eps_high = 0.28                                   (Sec. 3.1, Eq. 10)
-  2) token-level loss: 1/sum_i|o_i| sum_i sum_t, default loss_agg="token-mean"     (Sec. 3.3, Eq. 12)
+  2) token-level loss: 1/sum_i|o_i| sum_i sum_t, loss_agg="token-mean"             (Sec. 3.3, Eq. 12)
   3) dynamic sampling: keep groups with 0 < #correct < G, refill to B groups        (Sec. 3.2, Eq. 11, Alg. 1)
   4) soft overlong punishment: a length penalty added to the reward                (Sec. 3.4, Eq. 13)
   5) overlong filtering: zero the loss mask of truncated responses (separate flag) (Sec. 3.4, Table 1)
@@ -51,6 +52,21 @@ from __future__ import annotations
 
 import torch
 
+# The paper's settings, as train.py flags: its recipe in config.RECIPES runs these (a length or batch size scaled to
+# the built-in task there, beside the paper's), so an edit here changes what `--recipe` runs.
+PAPER = dict(
+    clip_low=0.2, clip_high=0.28,  # DAPO change 1 (Sec. 3.1, Eq. 10): clip-higher
+    loss_agg="token-mean",  # DAPO change 2 (Sec. 3.3, Eq. 12): token-level loss
+    kl_coef=0.0,  # beta = 0: DAPO removes the KL term (Sec. 2.3)
+    # DAPO change 3 (Sec. 3.2, Eq. 11): dynamic sampling; each round draws 3 x the step's prompts (verl's DAPO recipe:
+    # gen_batch_size = 3 x train_batch_size)
+    dynamic_sampling=True, gen_batch_factor=3,
+    overlong_buffer=4096, max_new_tokens=20480,  # DAPO change 4 (Sec. 3.4, Eq. 13; Sec. 4.1): L_cache, L_max
+    overlong_filter=False,  # DAPO change 5 (Table 1): a separate flag, off in "DAPO" (the module docstring)
+    wrong_reward=-1.0,  # DAPO's rule-based reward (Eq. 7): +1 correct, -1 otherwise
+    eval_temperature=1.0, eval_top_p=0.7,  # DAPO Sec. 4.1: avg@32 at T = 1.0, top-p 0.7
+)
+
 LOSS_AGG = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum")
 
 
@@ -69,29 +85,13 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool 
     return adv.to(torch.float32).view(-1)  # (N,)
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False):
-    """log pi(token_t) under softmax(logits / temperature), and optionally the full-vocabulary entropy.
-
-    logits (N, T, V) are the scores that predict tokens (N, T) (already shifted by one position).
-    Returns logp (N, T) and entropy (N, T) or None. Equals minus HF's per-token cross-entropy at tau = 1.
-    """
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature  # (N, T, V), >= fp32
-    logz = torch.logsumexp(logits, dim=-1)  # (N, T)
-    logp = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - logz  # (N, T)
-    ent = None
-    if with_entropy:
-        p = torch.softmax(logits, dim=-1)  # (N, T, V)
-        ent = logz - (p * logits).sum(-1)  # H = logZ - E_p[logit]  (N, T)
-    return logp, ent
-
-
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """k3 estimator of KL(pi_theta || pi_ref) per token: exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman, 2020)."""
     d = ref_logp - logp  # (N, T)
     return torch.exp(d) - d - 1
 
 
-def clipped_surrogate(logp, old_logp, advantages, clip_low: float = 0.2, clip_high: float = 0.2):
+def clipped_surrogate(logp, old_logp, advantages, clip_low: float = PAPER["clip_low"], clip_high: float = PAPER["clip_high"]):
     """Per-token PPO-clip loss -min(r A, clip(r, 1-eps_low, 1+eps_high) A) and where each clip bound is active.
 
     advantages (N,) broadcast over T. DAPO change 1: DAPO raises only eps_high (see policy_loss): raising eps_low too would let
@@ -101,7 +101,7 @@ def clipped_surrogate(logp, old_logp, advantages, clip_low: float = 0.2, clip_hi
     adv = advantages.unsqueeze(-1)  # (N, 1)
     ratio = torch.exp(logp - old_logp)  # (N, T); exactly 1 on the first on-policy update
     unclipped = ratio * adv
-    clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * adv
+    clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * adv  # DAPO change 1: 1 + eps_high, eps_high > eps_low
     loss = -torch.min(unclipped, clipped)  # (N, T)
     clipped_low = (ratio < 1 - clip_low) & (adv < 0)  # the clip term is the active one in min()
     clipped_high = (ratio > 1 + clip_high) & (adv > 0)
@@ -148,18 +148,15 @@ def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: f
 
 
 def policy_loss(
-    logp, old_logp, advantages, mask, ref_logp=None, *,
-    # DAPO change 1 (Sec. 3.1, Eq. 10): clip-higher, eps_high = 0.28 > eps_low = 0.2
-    clip_low=0.2, clip_high=0.28, kl_coef=0.0,
-    # DAPO change 2 (Sec. 3.3, Eq. 12): token-level loss; num_tokens = the mini-batch's response tokens, which the
-    # trainer counts over all micro-batches and processes (see the module docstring)
-    loss_agg="token-mean", num_seqs=None, num_tokens=None, token_weights=None, dual_clip_c=0.0,
+    logp, old_logp, advantages, mask, ref_logp=None, *, clip_low=PAPER["clip_low"], clip_high=PAPER["clip_high"],
+    kl_coef=PAPER["kl_coef"], loss_agg=PAPER["loss_agg"], num_seqs=None, num_tokens=None, token_weights=None,
+    dual_clip_c=0.0,
 ):
     """The loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
 
     Shapes: logp, old_logp, ref_logp, mask (N, T); advantages (N,). Returns (loss, metrics dict of floats).
     token_weights (N, T), detached, multiply the clipped surrogate per token (not the KL term): truncated
-    importance sampling between the rollout engine and the trainer (rollout.tis_weights); None = all ones.
+    importance sampling between the rollout engine and the trainer (async_rollout.tis_weights); None = all ones.
     dual_clip_c > 1 bounds the clipped loss of a negative advantage by c * |A| before the weights (`dual_clip`,
     verl's clip_ratio_c); 0 = off, and then the metrics have no `clip_frac_dual`.
     DAPO change 5: for overlong filtering pass mask = overlong_mask(mask, truncated).
@@ -176,6 +173,8 @@ def policy_loss(
             raise ValueError("kl_coef > 0 needs ref_logp")
         kl = kl_k3(logp, ref_logp)  # (N, T)
         loss_tok = loss_tok + kl_coef * kl
+    # DAPO change 2: loss_agg "token-mean", 1/num_tokens with num_tokens = the mini-batch's response tokens, which the
+    # trainer counts over all micro-batches and processes (the module docstring)
     loss = aggregate(loss_tok, mask, loss_agg, num_seqs, num_tokens)
     m = mask.bool()
     n = m.sum().clamp(min=1)
@@ -198,7 +197,7 @@ def filter_groups(correct, group_size: int) -> torch.Tensor:
     the unshaped scores (`metric=score`): any two different values keep the group, equal ones never (the recipe's
     np.std can keep them: the module docstring). A group of one sample is kept.
     """
-    c = torch.as_tensor(correct).double()  # (N,)
+    c = torch.as_tensor(correct, dtype=torch.float64)  # (N,); python floats compared exactly, not through float32
     if c.numel() % group_size:
         raise ValueError(f"{c.numel()} correctness flags do not split into groups of {group_size}")
     c = c.view(-1, group_size)  # (B, G)

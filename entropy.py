@@ -9,7 +9,7 @@ entropy control (arXiv 2505.22312, Sec. 3.2, Eq. 3.1-3.2). Tests: python -m pyte
     H(pi(.|s_t))      entropy                     (N, T)    full-vocabulary entropy (grpo.token_logprobs)
     alpha             coef                        float     5e-4 in Ring-lite; alpha_k from AdaptiveEntropy
     1/D               loss_agg + num_seqs/num_tokens/budget  the same denominators as the policy loss
-    e_k               e (AdaptiveEntropy.step)    float     this step's entropy estimate (see `estimate`)
+    e_k               e (AdaptiveEntropy.step)    float     this step's entropy estimate (observe -> estimate)
     c_k, c_0          coef_c, c0                  float     c_0 = 0
     tgt, Delta        target, delta               float     0.2; 1e-4 (released scripts) or 5e-3 (paper, Fig. 10)
 
@@ -20,13 +20,16 @@ Where the papers are silent or disagree, and what this file chooses:
     the same loss_agg / num_tokens / budget, and the budget mask for C3PO), so both terms scale alike.
   * Entropy estimate e_k (Skywork): the paper estimates "from the rollout buffer"; its code uses the sampled-token
     NLL -mean(old_logp), while the loss term uses the full-vocabulary entropy. Both estimate the same quantity at
-    tau = 1 (E[-log p(y)] = H); tgt = 0.2 was tuned on the NLL, so `estimate="nll"` is the default.
+    tau = 1 (E[-log p(y)] = H); tgt = 0.2 was tuned on the NLL, so e_k is the NLL: the trainer hands the controller
+    log pi_old of the rollout's sampled tokens (`observe`, per micro-batch) and asks for e (`estimate`).
   * Timing (`timing`): Skywork's released trainer calls `EntController.update(e)` after the actor update, with e the
     NLL of the rollout just trained on; the next step's loss uses the updated c and the updated flag. So step k uses
     alpha_k = c_k * 1{e_{k-1} < tgt} where c_k already includes e_{k-1}'s update ("update, then use"):
-    `timing="code"` (the default), fed e_{k-1}. The paper's Eq. 3.2 uses this step's own estimate before updating:
-    alpha_k = c_k * 1{e_k <= tgt}, then c_{k+1} from e_k ("use, then update"): `timing="paper"`, fed e_k. At step 0
-    the code timing has no previous estimate: train.py uses alpha_0 = 0 (c_0 = 0 in both paper and scripts).
+    `timing="code"` (train.py's default, --entropy-timing), fed e_{k-1}: observed during the previous step's update,
+    from the log-probs its first pass computes anyway. The paper's Eq. 3.2 uses this step's own estimate before
+    updating: alpha_k = c_k * 1{e_k <= tgt}, then c_{k+1} from e_k ("use, then update"): `timing="paper"` (the
+    class's default), fed e_k: observed before the update, by one extra forward pass. At step 0 the code timing has
+    no previous estimate: alpha_0 = 0 (c_0 = 0 in both paper and scripts).
   * Equality e_k = tgt: the paper turns the bonus on (<=) and leaves c unchanged (neither case of Eq. 3.2); the code
     turns it off (<) and decreases c. `strict=False` (default) is the paper, `strict=True` the code.
   * c is clamped to [c_min, c_max] = [0, 0.005] after each update, as the released code does (the paper has no clamp;
@@ -71,42 +74,49 @@ def entropy_loss(entropy, mask, coef: float = 5e-4, loss_agg: str = "token-mean"
     return -coef * h, {"entropy": (entropy[m].mean().item() if m.any() else 0.0), "entropy_coef": coef}
 
 
-def sampled_nll(logp: torch.Tensor, mask: torch.Tensor) -> float:
-    """-mean over response tokens of log pi(y_t): Skywork-OR1 code's entropy estimate (`actor/entropy_loss`)."""
-    m = mask.to(logp.dtype)
-    return (-(logp * m).sum() / m.sum().clamp(min=1)).item()
-
-
-def mean_entropy(entropy: torch.Tensor, mask: torch.Tensor) -> float:
-    """Token mean of the full-vocabulary entropy (N, T) over the mask."""
-    m = mask.to(entropy.dtype)
-    return ((entropy * m).sum() / m.sum().clamp(min=1)).item()
-
-
 class AdaptiveEntropy:
     """Skywork-OR1's controller (Eq. 3.2): the bonus switches on only below `target`, with a coefficient that ramps.
 
-    Call `alpha = ctrl.step(e)` once per training step, before the loss, with e = ctrl.measure(old_logp, mask) of the
-    previous rollout (timing="code") or of this step's rollout (timing="paper"), then add
-    entropy_loss(entropy, mask, alpha, ...) to the policy loss.
+    Each training step, before the loss: `e = ctrl.estimate()`, then `alpha = ctrl.step(e)` (alpha 0 while e is
+    None), then add entropy_loss(entropy, mask, alpha, ...) to the policy loss. e is the sampled-token NLL of the
+    tokens handed to `observe`: this step's rollout before its update (timing="paper") or the previous step's, during
+    its update (timing="code").
     """
 
     def __init__(self, target: float = 0.2, delta: float = 1e-4, c0: float = 0.0, c_min: float = 0.0,
-                 c_max: float = 0.005, timing: str = "paper", strict: bool = False, estimate: str = "nll"):
-        if estimate not in ("nll", "entropy"):
-            raise ValueError(f"estimate must be 'nll' or 'entropy', got {estimate!r}")
+                 c_max: float = 0.005, timing: str = "paper", strict: bool = False):
         if timing not in ("code", "paper"):
             raise ValueError(f"timing must be 'code' or 'paper', got {timing!r}")
         self.target, self.delta, self.c_min, self.c_max = target, delta, c_min, c_max
-        self.timing, self.strict, self.estimate = timing, strict, estimate
+        self.timing, self.strict = timing, strict
         self.c = c0  # not clamped: Skywork's EntController clamps only after an update
         self.last_e, self.last_alpha, self.steps = None, 0.0, 0
+        self.nll_sum, self.nll_tokens, self.e = 0.0, 0.0, None  # e's sums since the last estimate; the last e
 
-    def measure(self, logp=None, mask=None, entropy=None) -> float:
-        """e_k from the rollout batch: sampled-token NLL of old_logp, or the mean full-vocabulary entropy."""
-        if self.estimate == "nll":
-            return sampled_nll(logp, mask)
-        return mean_entropy(entropy, mask)
+    def observe(self, logp: torch.Tensor, mask: torch.Tensor, before_update: bool) -> None:
+        """Add sampled tokens of a rollout to e's sums: log pi_old (N, T) of the tokens of mask (N, T). A step's
+        micro-batches (and, through estimate's `reduce`, processes) add up to the rollout's -mean log pi_old (its
+        code's `actor/entropy_loss`). timing="paper" takes the tokens observed before the update (before_update=True),
+        "code" those of the update's first pass over the rollout (before_update=False); the others are ignored."""
+        if before_update != (self.timing == "paper"):
+            return
+        m = mask.to(logp.dtype)
+        self.nll_sum += -(logp * m).sum().item()
+        self.nll_tokens += m.sum().item()
+
+    def estimate(self, reduce=None) -> float | None:
+        """e = -mean log pi_old over the tokens observed since the last call; the sums then start over. `reduce` sums
+        [nll, tokens] over processes (list -> list). Nothing observed: "paper" gives None (alpha 0, c does not move);
+        "code" keeps the last e (a step whose update had no response to train on observed nothing)."""
+        sums = [self.nll_sum, self.nll_tokens]
+        self.nll_sum, self.nll_tokens = 0.0, 0.0
+        if reduce is not None:
+            sums = reduce(sums)
+        if sums[1]:
+            self.e = sums[0] / sums[1]
+        elif self.timing == "paper":
+            return None
+        return self.e
 
     def _on(self, e: float) -> bool:
         return e < self.target if self.strict else e <= self.target
@@ -134,8 +144,10 @@ class AdaptiveEntropy:
                 "policy/entropy_coef_c": self.c}
 
     def state_dict(self) -> dict:
-        return {"c": self.c, "last_e": self.last_e, "last_alpha": self.last_alpha, "steps": self.steps}
+        return {"c": self.c, "last_e": self.last_e, "last_alpha": self.last_alpha, "steps": self.steps,
+                "nll_sum": self.nll_sum, "nll_tokens": self.nll_tokens, "e": self.e}
 
     def load_state_dict(self, state: dict):
         self.c, self.last_e = state["c"], state["last_e"]
         self.last_alpha, self.steps = state["last_alpha"], state["steps"]
+        self.nll_sum, self.nll_tokens, self.e = state.get("nll_sum", 0.0), state.get("nll_tokens", 0.0), state.get("e")

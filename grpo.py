@@ -62,6 +62,14 @@ from __future__ import annotations
 
 import torch
 
+# The paper's settings, as train.py flags: its recipe in config.RECIPES runs these (a length or batch size scaled to
+# the built-in task there, beside the paper's), so an edit here changes what `--recipe` runs.
+PAPER = dict(
+    clip_low=0.2, clip_high=0.2,  # eps, symmetric
+    loss_agg="seq-mean-token-mean",  # 1/G sum_i 1/|o_i| sum_t (Eq. 3)
+    kl_coef=0.0,  # beta: DeepSeekMath's is 0.04; the recipe leaves KL out, as the later papers do (--kl-coef 0.04)
+)
+
 LOSS_AGG = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum")
 
 
@@ -102,7 +110,7 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1
 
 
-def clipped_surrogate(logp, old_logp, advantages, clip_low: float = 0.2, clip_high: float = 0.2):
+def clipped_surrogate(logp, old_logp, advantages, clip_low: float = PAPER["clip_low"], clip_high: float = PAPER["clip_high"]):
     """Per-token PPO-clip loss -min(r A, clip(r, 1-eps_low, 1+eps_high) A) and where each clip bound is active.
 
     advantages (N,) broadcast over T. GRPO uses a symmetric eps: clip_low == clip_high.
@@ -158,14 +166,15 @@ def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: f
 
 
 def policy_loss(
-    logp, old_logp, advantages, mask, ref_logp=None, *, clip_low=0.2, clip_high=0.2, kl_coef=0.0,
-    loss_agg="seq-mean-token-mean", num_seqs=None, num_tokens=None, token_weights=None, dual_clip_c=0.0,
+    logp, old_logp, advantages, mask, ref_logp=None, *, clip_low=PAPER["clip_low"], clip_high=PAPER["clip_high"],
+    kl_coef=PAPER["kl_coef"], loss_agg=PAPER["loss_agg"], num_seqs=None, num_tokens=None, token_weights=None,
+    dual_clip_c=0.0,
 ):
     """The loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
 
     Shapes: logp, old_logp, ref_logp, mask (N, T); advantages (N,). Returns (loss, metrics dict of floats).
     token_weights (N, T), detached, multiply the clipped surrogate per token (not the KL term): truncated
-    importance sampling between the rollout engine and the trainer (rollout.tis_weights); None = all ones.
+    importance sampling between the rollout engine and the trainer (async_rollout.tis_weights); None = all ones.
     dual_clip_c > 1 bounds the clipped loss of a negative advantage by c * |A| before the weights (`dual_clip`,
     verl's clip_ratio_c); 0 = off, and then the metrics have no `clip_frac_dual`.
     """

@@ -1,7 +1,8 @@
 """GSPO: group sequence policy optimisation (Qwen, arXiv 2507.18071v2, Sec. 4-5, Eq. 5-17), the Qwen3 RL recipe's loss.
 
 Same functions, same order as grpo.py, so `diff grpo.py gspo.py` is GSPO's change list; each change is marked
-`# GSPO change k` where it lands. Advantages, log-probs, KL, dual clip and aggregation are grpo.py's, unchanged.
+`# GSPO change k` where it lands. The paper's settings are `PAPER`, the flags `--recipe gspo` runs (config.RECIPES).
+Advantages, log-probs, KL, dual clip and aggregation are grpo.py's, unchanged.
   1) one importance ratio per response, length-normalised: the geometric mean of its token ratios   (Sec. 4.1, Eq. 7)
   2) clipped at the sequence level, with a tiny eps: 3e-4 below, 4e-4 above                            (Eq. 5, Sec. 5.1)
   3) GSPO-token: the same ratio's value with a per-token gradient path (token_form=True)                (Sec. 4.3, Eq. 13-14)
@@ -53,6 +54,14 @@ from __future__ import annotations
 
 import torch
 
+# The paper's settings, as train.py flags: its recipe in config.RECIPES runs these (a length or batch size scaled to
+# the built-in task there, beside the paper's), so an edit here changes what `--recipe` runs.
+PAPER = dict(
+    clip_low=3e-4, clip_high=4e-4,  # GSPO change 2 (Eq. 5, Sec. 5.1): the sequence ratio clipped to [1 - 3e-4, 1 + 4e-4]
+    loss_agg="seq-mean-token-mean",  # 1/G sum_i: one term per response, its ratio a token mean (Eq. 5, 7)
+    kl_coef=0.0,  # GSPO change 2: no KL ("try to turn off the KL loss", the author's advice)
+)
+
 LOSS_AGG = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum")
 
 
@@ -71,29 +80,14 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool 
     return adv.to(torch.float32).view(-1)  # (N,)
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False):
-    """log pi(token_t) under softmax(logits / temperature), and optionally the full-vocabulary entropy.
-
-    logits (N, T, V) are the scores that predict tokens (N, T) (already shifted by one position).
-    Returns logp (N, T) and entropy (N, T) or None. Equals minus HF's per-token cross-entropy at tau = 1.
-    """
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature  # (N, T, V), >= fp32
-    logz = torch.logsumexp(logits, dim=-1)  # (N, T)
-    logp = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - logz  # (N, T)
-    ent = None
-    if with_entropy:
-        p = torch.softmax(logits, dim=-1)  # (N, T, V)
-        ent = logz - (p * logits).sum(-1)  # H = logZ - E_p[logit]  (N, T)
-    return logp, ent
-
-
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """k3 estimator of KL(pi_theta || pi_ref) per token: exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman, 2020)."""
     d = ref_logp - logp  # (N, T)
     return torch.exp(d) - d - 1
 
 
-def clipped_surrogate(logp, old_logp, advantages, mask, clip_low: float = 3e-4, clip_high: float = 4e-4, token_form: bool = False):
+def clipped_surrogate(logp, old_logp, advantages, mask, clip_low: float = PAPER["clip_low"],
+                      clip_high: float = PAPER["clip_high"], token_form: bool = False):
     """Per-response PPO-clip loss -min(s A, clip(s, 1-eps_low, 1+eps_high) A), broadcast over its tokens, and where each
     clip bound is active. GSPO change 1: the ratio is the response's s_i over the tokens of mask (N, T); advantages (N,)
     broadcast over T; token_form (GSPO change 3): GSPO-token.
@@ -154,17 +148,16 @@ def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: f
 
 
 def policy_loss(
-    logp, old_logp, advantages, mask, ref_logp=None, *,
-    # GSPO change 2 (Eq. 5, Sec. 5.1): the sequence ratio clipped to [1 - 3e-4, 1 + 4e-4]
-    clip_low=3e-4, clip_high=4e-4, kl_coef=0.0,
-    loss_agg="seq-mean-token-mean", num_seqs=None, num_tokens=None, token_weights=None, dual_clip_c=0.0,
+    logp, old_logp, advantages, mask, ref_logp=None, *, clip_low=PAPER["clip_low"], clip_high=PAPER["clip_high"],
+    kl_coef=PAPER["kl_coef"], loss_agg=PAPER["loss_agg"], num_seqs=None, num_tokens=None, token_weights=None,
+    dual_clip_c=0.0,  # GSPO change 2: clip_low / clip_high are PAPER's
     token_form=False,  # GSPO change 3 (Sec. 4.3): GSPO-token
 ):
     """The loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
 
     Shapes: logp, old_logp, ref_logp, mask (N, T); advantages (N,). Returns (loss, metrics dict of floats).
     token_weights (N, T), detached, multiply the clipped surrogate per token (not the KL term): truncated
-    importance sampling between the rollout engine and the trainer (rollout.tis_weights); None = all ones.
+    importance sampling between the rollout engine and the trainer (async_rollout.tis_weights); None = all ones.
     dual_clip_c > 1 bounds the clipped loss of a negative advantage by c * |A| before the weights (`dual_clip`,
     verl's clip_ratio_c); 0 = off, and then the metrics have no `clip_frac_dual`.
     GSPO change 4: seq_clip_frac_low / _high, the clipped share of the responses with a token in the loss.

@@ -21,47 +21,14 @@ Conventions every engine keeps
     would make the sampling distribution differ from the trainer's by log(1 - p_extra) per token: 0.009 on the
     tiny model (27 of its 128 rows are beyond its tokenizer), measured against vLLM's processed log-probs.
   * The model the engines generate with is loaded by engines/loading.py (`load_model`).
-  * `tis_weights`: truncated importance-sampling weights for the engine/trainer mismatch.
+  * The engine's log-probs differ a little from the trainer's (its own kernels): the weight that corrects for it is
+    async_rollout.tis_weights, a term of the loss.
 """
 from __future__ import annotations
-
-import torch
 
 from engines.base import Completion, Engine, SamplingParams  # noqa: F401  (the interface: rollout.SamplingParams)
 from engines.hf import FastEngine, HFEngine
 from engines.vllm_engine import VLLMEngine
-
-
-TIS_MODES = ("truncate", "mask")  # --tis-mode: what a weight above the cap becomes
-
-
-def tis_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor, cap: float = 2.0,
-                mode: str = "truncate") -> torch.Tensor:
-    """Truncated importance sampling (TIS): per-token min(exp(log pi_old - log pi_engine), cap), 0 where mask is 0.
-
-    mode 'truncate' (the default) caps a weight above `cap` at `cap` (TRL's vllm_importance_sampling_mode
-    'token_truncate'; verl's rollout_is='token', which clamps at rollout_is_threshold; AReaL's action='clamp');
-    'mask' drops such a token instead: weight 0, while it still counts in the loss's denominators (TRL's
-    'token_mask'; AReaL's ppo_actor_loss_fn with a cap: behav_imp_weight_cap until 2026-03-02, then
-    behave_imp_weight_mode 'token_mask', and since 2026-04-20 its rejection sampling with action='mask'). Weights
-    at or below the cap are the plain ratio in both. Peer code as read: huggingface/trl f2cd577 (2026-07-24),
-    verl-project/verl 1dda039 (2026-08-22), areal-project/AReaL cbff54d (2026-08-22) and its history; AReaL computes
-    the weight and the test in float32 (async_rollout.py's departures).
-
-    The engine samples with its own kernels (and maybe precision), so its distribution pi_engine differs a little
-    from the trainer's pi_old even with identical weights: a rollout is slightly off-policy. Multiplying each
-    token's policy-gradient term by this (detached, capped) ratio corrects for it (Yao et al. 2025, "Your
-    Efficient RL Framework Secretly Brings You Off-Policy RL Training"; TRL's `vllm_importance_sampling_correction`
-    with `vllm_importance_sampling_clip_max`; `vllm_importance_sampling_cap`, its old name, is deprecated since TRL
-    1.6.0). Off by default in the trainer. Inputs (N, T); trainer_logp are the old-policy log-probs from the
-    trainer's forward, engine_logp `Completion.logprobs` padded to T.
-    """
-    if mode not in TIS_MODES:
-        raise ValueError(f"tis mode {mode!r} is not one of {', '.join(TIS_MODES)}")
-    m = mask.bool()
-    diff = (trainer_logp.detach() - engine_logp.detach()).masked_fill(~m, 0.0)
-    w = torch.exp(diff)
-    return (w.clamp(max=cap) if mode == "truncate" else w.masked_fill(w > cap, 0.0)) * m
 
 
 def make_engine(name: str, model, tokenizer, **kw) -> Engine:

@@ -62,17 +62,10 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from dapo import DynamicSamplingExhausted
+from dapo import DynamicSampler, DynamicSamplingExhausted, filter_groups
 
 
 FILTER_METRICS = ("acc", "score")
-
-
-def filter_mixed(values: list) -> bool:
-    """A group is valid (kept) when its filter values are not all-equal (dapo.filter_groups, one group): the
-    correctness flags (verl's DAPO recipe filter_groups.metric=acc) or the verifier's scores (metric=score, partial
-    credit); equal scores drop the group (the recipe's np.std test can keep them: dapo.py)."""
-    return len(values) == 1 or any(c != values[0] for c in values)
 
 
 class PassRateEstimator:
@@ -158,7 +151,9 @@ class _Group:
 
     @property
     def valid(self) -> bool:
-        return self.scored and filter_mixed(self.filt)
+        # DAPO's group filter (dapo.filter_groups, one group): the correctness flags (verl's DAPO recipe
+        # filter_groups.metric=acc) or the verifier's scores (metric=score, partial credit), not all equal
+        return self.scored and bool(filter_groups(self.filt, len(self.filt))[0])
 
     def as_tuple(self):
         return (self.idx, self.ex, self.prompt, self.comps, self.rewards, self.correct)
@@ -382,15 +377,16 @@ class SeamlessRollout:
 
 def naive_collect(engine, score, next_prompts, target: int, group_size: int, params, *, round_size: int | None = None,
                   max_rounds: int = 10, shape: Callable | None = None, clock: Callable[[], float] = time.perf_counter):
-    """Baseline: DAPO-style full-batch rounds (generate round_size prompts, score all, filter, repeat), the trainer's
-    `--dynamic-sampling` path. Returns (groups, metrics) with the same metric names as SeamlessRollout."""
+    """The baseline the benchmarks and the course compare against: DAPO's full-batch rounds (generate round_size
+    prompts, score all, filter, repeat) with DAPO's own bookkeeping, dapo.DynamicSampler, which the trainer's
+    `--dynamic-sampling` drives in trainer/collect.py; here it drives an engine and a scorer directly, with the
+    metrics SeamlessRollout reports. Returns (groups, metrics); raises dapo.DynamicSamplingExhausted after
+    max_rounds rounds still short."""
     G, round_size = group_size, round_size or target
-    kept, launched, rounds, t_gen, t_score, timeouts, n_valid, n_correct = [], 0, 0, 0.0, 0.0, 0, 0, 0
+    sampler = DynamicSampler(target, G, max_rounds)
+    launched, t_gen, t_score, timeouts, n_correct = 0, 0.0, 0.0, 0, 0
     t0 = clock()
-    last = None
-    while len(kept) < target:
-        if rounds >= max_rounds:
-            raise RuntimeError(f"naive dynamic sampling: {len(kept)}/{target} groups after {rounds} rounds")
+    while not sampler.full:
         items = next_prompts(round_size)
         ts = clock()
         outs = engine.generate([it[2] for it in items], G, params)
@@ -401,18 +397,17 @@ def naive_collect(engine, score, next_prompts, target: int, group_size: int, par
         rewards = list(shape(comps, list(rewards)) if shape else rewards)
         t_score += clock() - ts
         timeouts += int(m.get("reward/timeouts", 0)) if isinstance(m, dict) else 0
-        for i, it in enumerate(items):
-            c = list(correct[i * G:(i + 1) * G])
-            n_valid += filter_mixed(c)
-            n_correct += sum(map(bool, c))
-            if filter_mixed(c) and len(kept) < target:
-                kept.append((it[0], it[1], it[2], list(outs[i]), rewards[i * G:(i + 1) * G], c))
-                last = launched + i
+        n_correct += sum(map(bool, correct))
+        groups = [(launched + i, (it[0], it[1], it[2], list(outs[i]), rewards[i * G:(i + 1) * G],
+                                  list(correct[i * G:(i + 1) * G]))) for i, it in enumerate(items)]
         launched += len(items)
-        rounds += 1
+        sampler.add(groups, [bool(c) for c in correct])  # DAPO's filter: mixed correctness
+    n_valid, rounds = len(sampler.kept), sampler.rounds
+    kept = sampler.take()  # the first target valid groups, in launch order
+    last = kept[-1][0]
     wall = clock() - t0
     n_gen = launched * G
-    return kept, {
+    return [g for _, g in kept], {
         "rollout/gen_rounds": rounds, "rollout/groups_kept_frac": target / launched, "rollout/generated": n_gen,
         "rollout/sample_waste": 1.0 - target * G / n_gen, "rollout/overshoot_waste": (launched - last - 1) / launched,
         "rollout/valid_frac": n_valid / launched, "rollout/surplus_waste": (n_valid - target) / n_valid,

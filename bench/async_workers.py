@@ -20,6 +20,7 @@ import statistics
 import sys
 import threading
 import time
+import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -81,6 +82,7 @@ def make_update(model, tok, prompts, G, max_new):
     import rollout
     from engines.hf import FastEngine
     import train
+    from trainer.records import UpdateBatch
     from trainer import distributed
 
     cfg = config.parse_config([])
@@ -95,7 +97,9 @@ def make_update(model, tok, prompts, G, max_new):
 
     def update():
         t0 = time.perf_counter()
-        train.update_policy(cfg, acc, model, None, opt, tok, p_ids, r_ids, adv, [c.truncated for c in comps], 0.0, 0)
+        learner = types.SimpleNamespace(cfg=cfg, accelerator=acc, model=model, ref_model=None, optimizer=opt, tok=tok,
+                                        ent_ctrl=None)
+        train.update_policy(learner, UpdateBatch(p_ids, r_ids, adv, [c.truncated for c in comps]), 0.0, 0)
         return time.perf_counter() - t0
 
     return update

@@ -17,13 +17,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # the project's files live one directory up
     sys.path.insert(0, ROOT)
 
+import async_rollout  # noqa: E402
 import c3po  # noqa: E402
 import cispo  # noqa: E402
 import curriculum  # noqa: E402
 import dapo  # noqa: E402
 import entropy  # noqa: E402
 import grpo  # noqa: E402
-import rollout  # noqa: E402
 from coding import code_reward  # noqa: E402
 
 TRIALS = 200
@@ -141,7 +141,7 @@ def reject_zero_advantage(fn) -> bool:
 
 
 def tis_weights(fn) -> bool:
-    """fn(trainer_logp, engine_logp, mask, cap) -> per-token weights (N, T), as rollout.tis_weights."""
+    """fn(trainer_logp, engine_logp, mask, cap) -> per-token weights (N, T), as async_rollout.tis_weights."""
     g = torch.Generator().manual_seed(6)
     cases = []
     for _ in range(TRIALS):
@@ -150,7 +150,7 @@ def tis_weights(fn) -> bool:
         trn = eng + torch.randn(N, T, generator=g) * 0.5
         mask = (torch.rand(N, T, generator=g) < 0.8).float()
         cases.append((trn, eng, mask, 2.0))
-    return _run("tis_weights", "rollout.tis_weights", cases, fn, rollout.tis_weights, _tensors_close())
+    return _run("tis_weights", "async_rollout.tis_weights", cases, fn, async_rollout.tis_weights, _tensors_close())
 
 
 def cispo_loss(fn) -> bool:

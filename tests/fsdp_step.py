@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 
 import torch
 
@@ -30,6 +31,7 @@ import train  # noqa: E402
 from engines.loading import load_model  # noqa: E402
 from tests.mp_step import G, fixed_batch  # noqa: E402
 from trainer import distributed  # noqa: E402
+from trainer.records import UpdateBatch  # noqa: E402
 
 
 def main(model_path: str, out_path: str, fsdp: bool):
@@ -67,8 +69,8 @@ def main(model_path: str, out_path: str, fsdp: bool):
     for epochs, name in ((1, "mu1"), (2, "mu2")):  # mu = 2: the old log-probs pass is padded to lockstep too
         cfg.epochs = epochs
         grads.clear()
-        out = train.update_policy(cfg, acc, model, None, optimizer, tok, p_all[sl], r_all[sl], adv_all[sl], tr_all[sl],
-                                  0.0, 0, None)
+        learner = types.SimpleNamespace(cfg=cfg, accelerator=acc, model=model, ref_model=None, optimizer=optimizer, tok=tok, ent_ctrl=None)
+        out = train.update_policy(learner, UpdateBatch(p_all[sl], r_all[sl], adv_all[sl], tr_all[sl]), 0.0, 0)
         loss = acc.gather(torch.tensor([out.metrics["policy/loss"]], dtype=torch.float64)).mean().item()
         res[name] = {"loss": loss, "grads": [g.clone() for g in grads], "updates": out.metrics["policy/updates"]}
     optimizer.step = real_step
@@ -84,7 +86,8 @@ def main(model_path: str, out_path: str, fsdp: bool):
     for pg in optimizer.param_groups:
         pg["lr"] = 1e-2
     cfg.epochs = 1
-    train.update_policy(cfg, acc, model, None, optimizer, tok, p_all[sl], r_all[sl], adv_all[sl], tr_all[sl], 0.0, 5, None)
+    learner = types.SimpleNamespace(cfg=cfg, accelerator=acc, model=model, ref_model=None, optimizer=optimizer, tok=tok, ent_ctrl=None)
+    train.update_policy(learner, UpdateBatch(p_all[sl], r_all[sl], adv_all[sl], tr_all[sl]), 0.0, 5)
     ck = os.path.join(out_dir, f"ckpt-{world}")
     runs.save_checkpoint(ck, acc, model, tok, optimizer, {"step": 1})
     acc.wait_for_everyone()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 
 import torch
 
@@ -22,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import config  # noqa: E402
 import train  # noqa: E402
 from engines.loading import load_model  # noqa: E402
+from trainer.records import UpdateBatch  # noqa: E402
 
 N_GROUPS, G = 4, 4
 # name: (loss_agg, micro_batch_size, groups per process (None = even split), overlong_filter)
@@ -78,8 +80,8 @@ def main(model_path: str, out_path: str):
         cfg = config.Config(batch_size=N_GROUPS * G, group_size=G, mini_batch_size=N_GROUPS * G, micro_batch_size=micro,
                            loss_agg=agg, lr=0.0, grad_clip=1e9, overlong_filter=ofilter, max_new_tokens=16)
         grads.clear()
-        out = train.update_policy(cfg, acc, model, None, optimizer, tok, p_all[sl], r_all[sl], adv_all[sl], tr_all[sl],
-                                  0.0, 0)
+        learner = types.SimpleNamespace(cfg=cfg, accelerator=acc, model=model, ref_model=None, optimizer=optimizer, tok=tok, ent_ctrl=None)
+        out = train.update_policy(learner, UpdateBatch(p_all[sl], r_all[sl], adv_all[sl], tr_all[sl]), 0.0, 0)
         loss = acc.gather(torch.tensor([out.metrics["policy/loss"]], dtype=torch.float64)).mean().item()
         assert len(grads) == 1, f"{name}: {len(grads)} optimizer steps"
         results[name] = {"loss": loss, "grad": grads[0], "updates": out.metrics["policy/updates"]}

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 import torch
@@ -206,8 +207,10 @@ def test_decoupled_loss_options_by_hand(key, monkeypatch):
     cfg = config.parse_config(["--rollout-lag", "1", "--tis-mode", tis_mode, "--dual-clip", str(dual), "--loss-agg", agg,
                               "--clip-low", "0.2", "--clip-high", "0.28"])
     assert cfg.tis_cap == 2.0
-    batch = batches.Batch(None, None, None, None, mask, 0)
-    loss, stats = train.microbatch_loss(cfg, None, None, batch, adv, prox, mask, 0.0, 2.0, 5.0, 1, behav)
+    rows = batches.Batch(None, None, None, None, mask, 0)
+    learner = types.SimpleNamespace(cfg=cfg, model=None, ref_model=None, ent_ctrl=None,
+                                    accelerator=types.SimpleNamespace(num_processes=1))
+    loss, stats = train.microbatch_loss(learner, batches.MicroBatch(rows, adv, mask, prox, behav), 0.0, (2.0, 5.0))
     assert loss.dtype == torch.float64 and loss.item() == pytest.approx(HAND[key], abs=1e-12)
     if agg == "seq-mean-token-mean":  # verl's agg_loss (1dda039): token sums / (count + 1e-8), count of a bool mask
         sums = torch.tensor(ROW_SUMS[(tis_mode, dual)], dtype=torch.float64)
@@ -231,14 +234,14 @@ def test_decoupled_loss_options_by_hand(key, monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_tis_weight_exactly_at_the_cap_is_kept(dtype):
     """Only a weight ABOVE the cap is truncated or dropped: one exactly at C is the plain ratio C in both modes
-    ("weights at or below the cap are the plain ratio in both", rollout.tis_weights)."""
+    ("weights at or below the cap are the plain ratio in both", async_rollout.tis_weights)."""
     trainer = torch.tensor([[0.0, 0.3, -0.2, 0.9]], dtype=dtype)
     engine = torch.tensor([[0.0, 0.0, 0.0, 0.0]], dtype=dtype)
     mask = torch.ones(1, 4)
     w = torch.exp(trainer - engine)  # the weights tis_weights computes
     for cap in (1.0, w[0, 1].item()):  # exactly the weight of token 0, then of token 1
         for mode in ("truncate", "mask"):
-            got = rollout.tis_weights(trainer, engine, mask, cap, mode)
+            got = async_rollout.tis_weights(trainer, engine, mask, cap, mode)
             at = w[0] == cap
             assert at.sum() == 1 and torch.equal(got[0][at], w[0][at]), (cap, mode)
             above = w[0] > cap
@@ -248,26 +251,26 @@ def test_tis_weight_exactly_at_the_cap_is_kept(dtype):
 def test_areal_float32_cap_test_can_drop_a_weight_at_the_cap():
     """AReaL (cbff54d) computes the weight and its cap test in float32 (apply_rejection_sampling: `.float()`, then
     `metric <= upper`); with float64 log-probs a weight exactly at C in float64 can round above C there and be
-    dropped, while rollout.tis_weights keeps it (async_rollout.py's departures)."""
+    dropped, while async_rollout.tis_weights keeps it (async_rollout.py's departures)."""
     d = 1.4550795027098296  # log w, found by a search: exp(d) in float64 is C, in float32 just above C
     cap = math.exp(d)
     prox, behav = torch.tensor([[d]], dtype=torch.float64), torch.zeros(1, 1, dtype=torch.float64)
     mask = torch.ones(1, 1)
-    assert rollout.tis_weights(prox, behav, mask, cap, "mask").item() == cap  # kept: exactly at the cap
+    assert async_rollout.tis_weights(prox, behav, mask, cap, "mask").item() == cap  # kept: exactly at the cap
     metric = torch.exp(prox.detach().float() - behav.detach().float())  # AReaL's token-level 'ratio' metric
     assert not bool((metric <= cap).all())  # AReaL's in-bounds test fails: the token is rejected
-    assert rollout.tis_weights(prox.float(), behav.float(), mask, cap, "mask").item() == 0.0  # the same in float32
+    assert async_rollout.tis_weights(prox.float(), behav.float(), mask, cap, "mask").item() == 0.0  # the same in float32
 
 
 def test_tis_modes_and_dual_clip_units():
     prox, _, behav, mask, adv = _decoupled_case()
-    w_t = rollout.tis_weights(prox, behav, mask, 2.0)
-    w_m = rollout.tis_weights(prox, behav, mask, 2.0, "mask")
+    w_t = async_rollout.tis_weights(prox, behav, mask, 2.0)
+    w_m = async_rollout.tis_weights(prox, behav, mask, 2.0, "mask")
     assert torch.allclose(w_t, torch.tensor([[1.0, 2.0, 1.5], [2.0, 0.5, 0.0]], dtype=torch.float64), atol=1e-12)
     assert torch.allclose(w_m, torch.tensor([[1.0, 0.0, 1.5], [0.0, 0.5, 0.0]], dtype=torch.float64), atol=1e-12)
-    assert torch.equal(rollout.tis_weights(prox, behav, mask, 10.0, "mask"), rollout.tis_weights(prox, behav, mask, 10.0))
+    assert torch.equal(async_rollout.tis_weights(prox, behav, mask, 10.0, "mask"), async_rollout.tis_weights(prox, behav, mask, 10.0))
     with pytest.raises(ValueError, match="tis mode 'clamp'"):
-        rollout.tis_weights(prox, behav, mask, 2.0, "clamp")
+        async_rollout.tis_weights(prox, behav, mask, 2.0, "clamp")
     import c3po
     import grpo
 

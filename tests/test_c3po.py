@@ -16,7 +16,7 @@ import c3po
 import grpo
 
 
-@pytest.mark.parametrize("name", ["group_advantages", "token_logprobs", "kl_k3", "clipped_surrogate"])
+@pytest.mark.parametrize("name", ["group_advantages", "kl_k3", "clipped_surrogate"])
 def test_unchanged_functions_are_verbatim_copies(name):
     assert inspect.getsource(getattr(c3po, name)) == inspect.getsource(getattr(grpo, name))
 
@@ -121,6 +121,18 @@ def test_microbatch_loss_divides_by_the_per_process_budget(world, monkeypatch):
     cfg = config.parse_config(["--recipe", "c3po", "--token-budget", "8", "--kl-coef", "0", "--entropy-coef", "0"])
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.float64)  # 3 and 2 kept tokens
     adv = torch.tensor([1.0, -2.0], dtype=torch.float64)
-    batch = batches.Batch(None, None, None, None, mask, 0)
-    loss, _ = train.microbatch_loss(cfg, None, None, batch, adv, None, mask, 0.0, 2.0, 5.0, world)
+    import types
+
+    rows = batches.Batch(None, None, None, None, mask, 0)
+    learner = types.SimpleNamespace(cfg=cfg, model=None, ref_model=None, ent_ctrl=None,
+                                    accelerator=types.SimpleNamespace(num_processes=world))
+    loss, _ = train.microbatch_loss(learner, batches.MicroBatch(rows, adv, mask, None, None), 0.0, (2.0, 5.0))
     assert loss.item() == pytest.approx((-1.0 * 3 + 2.0 * 2) / (8 / world), abs=1e-12)  # 1 / (8 / W)
+
+
+def test_process_budget_splits_phi_exactly_or_refuses():
+    """Phi / W on each of W processes, so the W greedy selections keep exactly Phi tokens; a Phi that W does not divide
+    is refused (trainer/setup.py turns the refusal into one `error:` line before the run starts)."""
+    assert [c3po.process_budget(12, w) for w in (1, 2, 3, 4)] == [12, 6, 4, 3]
+    with pytest.raises(ValueError, match="does not split over 5 processes"):
+        c3po.process_budget(12, 5)

@@ -27,13 +27,13 @@ def _batch(n=6, t=5, seed=0):
     return logp, old, ref, adv, mask
 
 
-@pytest.mark.parametrize("name", ["group_advantages", "token_logprobs", "kl_k3", "aggregate"])
+@pytest.mark.parametrize("name", ["group_advantages", "kl_k3", "aggregate"])
 def test_unchanged_functions_are_verbatim_copies(name):
     assert inspect.getsource(getattr(dapo, name)) == inspect.getsource(getattr(grpo, name))
 
 
 def test_function_order_matches_grpo():
-    names = ["group_advantages", "token_logprobs", "kl_k3", "clipped_surrogate", "aggregate", "policy_loss"]
+    names = ["group_advantages", "kl_k3", "clipped_surrogate", "aggregate", "policy_loss"]
     lines = [inspect.getsourcelines(getattr(dapo, n))[1] for n in names]
     assert lines == sorted(lines)
 
@@ -127,8 +127,8 @@ def test_filter_uses_correctness_not_shaped_reward(metric):
     fake.shape = lambda c, r, sp: Collector.shape(fake, c, r, sp)
     rnd, timeouts = Collector.round(fake, plan, 1)
     assert rnd.rewards == [-1.0, -2.0]  # the shaped rewards go to the advantages
-    assert rnd.filt == ([-1.0, -1.0] if metric == "score" else [False, False])  # the filter's input
-    assert dapo.filter_groups(torch.tensor(rnd.filt, dtype=torch.float64), 2).tolist() == [False]
+    assert rnd.filter_values == ([-1.0, -1.0] if metric == "score" else [False, False])  # the filter's input
+    assert dapo.filter_groups(torch.tensor(rnd.filter_values, dtype=torch.float64), 2).tolist() == [False]
     assert dapo.filter_groups(torch.tensor(rnd.rewards), 2).tolist() == [True]  # the shaped rewards would keep it
 
 

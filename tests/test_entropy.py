@@ -39,17 +39,28 @@ def test_entropy_loss_hand_values_and_sign():
     assert tok.item() == pytest.approx(-0.5 * 10 / 8)
 
 
-def test_estimates_hand_values_and_nll_estimates_entropy():
+def test_estimate_hand_values_and_nll_estimates_entropy():
+    """e = -mean log pi_old over the observed tokens: micro-batches (and processes, through `reduce`) add up to the
+    rollout's mean; each timing takes only its own calls (paper: before the update, code: during it)."""
     logp = torch.tensor([[-0.5, -1.5], [-2.0, -9.0]])
     mask = torch.tensor([[1.0, 1], [1, 0]])
-    assert entropy.sampled_nll(logp, mask) == pytest.approx(4.0 / 3)
-    assert entropy.mean_entropy(torch.tensor([[1.0, 2], [3, 9]]), mask) == pytest.approx(2.0)
+    for timing, before in (("paper", True), ("code", False)):
+        ctrl = entropy.AdaptiveEntropy(timing=timing)
+        ctrl.observe(logp[:1], mask[:1], before_update=before)  # two micro-batches of one rollout
+        ctrl.observe(logp[1:], mask[1:], before_update=before)
+        ctrl.observe(logp, mask, before_update=not before)  # the other timing's call: ignored
+        assert ctrl.estimate() == pytest.approx(4.0 / 3)
+        assert ctrl.estimate(reduce=lambda sums: [2 * x for x in sums]) == (None if timing == "paper" else pytest.approx(4.0 / 3))
+        ctrl.observe(logp, mask, before_update=before)
+        assert ctrl.estimate(reduce=lambda sums: [sums[0] + 1.0, sums[1] + 1.0]) == pytest.approx(5.0 / 4)  # another process
     # at tau = 1, E_y~pi[-log pi(y)] = H(pi): the code's NLL estimate and the full-vocabulary entropy agree on average
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(1, 1, 6, generator=g) * 2
     y = torch.multinomial(torch.softmax(logits[0, 0], -1), 40000, replacement=True, generator=g)
     logp_y, ent = grpo.token_logprobs(logits.expand(1, 40000, 6), y.view(1, -1), with_entropy=True)
-    assert entropy.sampled_nll(logp_y, torch.ones_like(logp_y)) == pytest.approx(ent[0, 0].item(), abs=0.03)
+    ctrl = entropy.AdaptiveEntropy()
+    ctrl.observe(logp_y, torch.ones_like(logp_y), before_update=True)
+    assert ctrl.estimate() == pytest.approx(ent[0, 0].item(), abs=0.03)
 
 
 E = [0.3, 0.1, 0.1, 0.1, 0.2, 0.3, 0.1]  # the scripted entropy estimates e_0..e_6 around target 0.2
@@ -75,20 +86,16 @@ def test_adaptive_controller_follows_script(timing, strict):
     assert ctrl.metrics()["policy/entropy_coef_c"] == ctrl.c
 
 
-def test_adaptive_defaults_and_measure():
+def test_adaptive_defaults():
     ctrl = entropy.AdaptiveEntropy()
-    assert (ctrl.target, ctrl.delta, ctrl.c, ctrl.c_min, ctrl.c_max, ctrl.timing, ctrl.strict, ctrl.estimate) == (
-        0.2, 1e-4, 0.0, 0.0, 0.005, "paper", False, "nll")
+    assert (ctrl.target, ctrl.delta, ctrl.c, ctrl.c_min, ctrl.c_max, ctrl.timing, ctrl.strict) == (
+        0.2, 1e-4, 0.0, 0.0, 0.005, "paper", False)
     assert entropy.AdaptiveEntropy(c0=0.3).c == 0.3  # c_0 is not clamped (Skywork's code clamps after updates only)
     for _ in range(100):
         ctrl.step(0.1)
     assert ctrl.c == pytest.approx(0.005)  # ramps at Delta per step, clamped at c_max
-    logp, mask = torch.tensor([[-0.1, -0.3]]), torch.ones(1, 2)
-    assert ctrl.measure(logp, mask) == pytest.approx(0.2)
-    ent = entropy.AdaptiveEntropy(estimate="entropy")
-    assert ent.measure(mask=mask, entropy=torch.tensor([[0.5, 1.5]])) == pytest.approx(1.0)
     with pytest.raises(ValueError):
-        entropy.AdaptiveEntropy(estimate="kl")
+        entropy.AdaptiveEntropy(timing="later")
 
 
 def test_adaptive_state_dict_resumes_exactly():

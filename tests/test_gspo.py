@@ -33,13 +33,13 @@ def _batch(n=8, t=6, seed=0):
     return logp, old, adv, mask, ref
 
 
-@pytest.mark.parametrize("name", ["group_advantages", "token_logprobs", "kl_k3", "dual_clip", "aggregate"])
+@pytest.mark.parametrize("name", ["group_advantages", "kl_k3", "dual_clip", "aggregate"])
 def test_unchanged_functions_are_verbatim_copies(name):
     assert inspect.getsource(getattr(gspo, name)) == inspect.getsource(getattr(grpo, name))
 
 
 def test_function_order_matches_grpo():
-    names = ["group_advantages", "token_logprobs", "kl_k3", "clipped_surrogate", "dual_clip", "aggregate", "policy_loss"]
+    names = ["group_advantages", "kl_k3", "clipped_surrogate", "dual_clip", "aggregate", "policy_loss"]
     lines = [inspect.getsourcelines(getattr(gspo, n))[1] for n in names]
     assert lines == sorted(lines)
 
@@ -177,7 +177,7 @@ def test_update_log_counts_response_shares_over_responses():
     from trainer.metrics import UpdateLog
 
     log = UpdateLog()
-    base = dict(loss=0.0, clip_frac_low=0.0, kl=0.0, entropy_sum=0.0, nll_sum=0.0, resp_tokens=1, seq_clip_frac_low=0.0)
+    base = dict(loss=0.0, clip_frac_low=0.0, kl=0.0, entropy_sum=0.0, seq_clip_frac_low=0.0)
     log.add([dict(base, clip_frac_high=0.5, seq_clip_frac_high=1.0, tokens=30, seqs=1),
-             dict(base, clip_frac_high=0.0, seq_clip_frac_high=0.0, tokens=10, seqs=3)], 1.0, first_epoch=True)
+             dict(base, clip_frac_high=0.0, seq_clip_frac_high=0.0, tokens=10, seqs=3)], 1.0)
     assert log.agg["seq_clip_frac_high"] == 0.25 and log.agg["clip_frac_high"] == 0.375

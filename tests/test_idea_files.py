@@ -119,3 +119,49 @@ def test_plan_is_a_function_of_the_step():
     assert [plans[k].task.kind for k in range(4)] == ["math", "math", "code", "code"]
     assert [plans[k].sampling.max_new_tokens for k in range(4)] == [64, 64, 96, 96]
     assert {k: v for k, v in vars(run).items() if k not in ("cfg", "accelerator", "tasks")} == before
+
+
+@pytest.mark.parametrize("recipe, key, value", [("grpo", "clip_high", 0.25), ("dapo", "clip_high", 0.31),
+                                                ("dapo", "overlong_filter", True), ("c3po", "kl_coef", 2e-3),
+                                                ("gspo", "clip_low", 5e-4), ("cispo", "clip_high", 3.0)])
+def test_a_paper_value_in_its_idea_file_reaches_the_run(recipe, key, value):
+    """Each idea file states its paper's settings once (`PAPER`) and `--recipe` runs them: a value edited there (set
+    here before config.py is imported, as an edit to the file would be) is the run's setting, and the loss the trainer
+    then computes moves with it. A length the recipe scales to the built-in task is the recipe's own (config.scaled)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = (f"import json, {recipe}\n"
+            f"{recipe}.PAPER[{key!r}] = {value!r}\n"
+            "import config\n"
+            f"cfg = config.parse_config(['--recipe', {recipe!r}])\n"
+            f"print(json.dumps([getattr(cfg, {key!r}), config.parse_config(['--recipe', {recipe!r}, '--{key.replace('_', '-')}', "
+            f"'{'0' if isinstance(value, bool) else value}']).__dict__[{key!r}]]))\n")
+    if isinstance(value, bool):  # a store_true flag: given, it is True whatever the recipe says
+        code = code.replace(f", '--{key.replace('_', '-')}', '0'", "")
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": root})
+    assert out.returncode == 0, out.stderr[-2000:]
+    ran, _ = json.loads(out.stdout.strip().splitlines()[-1])
+    assert ran == value and config.parse_config(["--recipe", recipe]).__dict__[key] != value, (recipe, key, ran)
+
+
+def test_the_loss_follows_the_recipes_eps():
+    """What `--recipe dapo` resolves is what the trainer's loss gets: train.loss_settings hands the run's eps to
+    dapo.policy_loss, so dapo.PAPER's eps_high is the clip bound (a ratio of 1.25 on a positive advantage is inside
+    1 + 0.28, and clipped at GRPO's 1 + 0.2)."""
+    import dataclasses
+
+    import torch
+
+    cfg = config.parse_config(["--recipe", "dapo"])
+    assert (cfg.clip_low, cfg.clip_high, cfg.loss_agg) == (dapo.PAPER["clip_low"], dapo.PAPER["clip_high"], dapo.PAPER["loss_agg"])
+    logp, old, adv, mask = torch.log(torch.tensor([[1.25]])), torch.zeros(1, 1), torch.ones(1), torch.ones(1, 1)
+    for run_cfg, clipped in [(cfg, 0.0), (dataclasses.replace(cfg, clip_high=grpo.PAPER["clip_high"]), 1.0)]:
+        settings = train.loss_settings(run_cfg)
+        assert settings["clip_high"] == run_cfg.clip_high and settings["loss_agg"] == "token-mean"
+        _, m = train.algorithm(run_cfg).policy_loss(logp, old, adv, mask, **settings)
+        assert m["clip_frac_high"] == clipped

@@ -133,11 +133,15 @@ def test_bench_script_help(script):
     assert r.returncode == 0 and "usage" in r.stdout.lower(), r.stderr[-2000:]
 
 
-@pytest.mark.parametrize("name, paper", [("dapo.py", "DAPO"), ("gspo.py", "GSPO"), ("cispo.py", "CISPO")])
+@pytest.mark.parametrize("name, paper", [("dapo.py", "DAPO"), ("c3po.py", "C3PO"), ("gspo.py", "GSPO"),
+                                         ("cispo.py", "CISPO")])
 def test_diff_grpo_is_the_papers_change_list(name, paper):
     """`diff grpo.py dapo.py` shows DAPO's changes and nothing else: past the module docstrings (which differ
     wholesale: each describes its own paper), every hunk carries a `DAPO change` marker on dapo.py's side; the same
-    for gspo.py (`GSPO change`) and cispo.py (`CISPO change`)."""
+    for c3po.py (`C3PO change`), gspo.py (`GSPO change`) and cispo.py (`CISPO change`). Each states its paper's
+    settings in `PAPER` (a marked hunk where they differ from GRPO's). grpo.token_logprobs is left out of the
+    comparison: the trainer computes every recipe's log-probs with it (trainer/logprobs.py), so the other idea files
+    do not carry a copy that never runs."""
     import difflib
 
     def body(name):
@@ -146,6 +150,10 @@ def test_diff_grpo_is_the_papers_change_list(name, paper):
         return lines[end + 1:]
 
     g, d = body("grpo.py"), body(name)
+    start = g.index(next(line for line in g if line.startswith("def token_logprobs(")))
+    stop = g.index(next(line for line in g[start:] if line.startswith("def kl_k3(")))
+    g = g[:start] + g[stop:]  # grpo.token_logprobs: the trainer's, for every recipe
+    assert "PAPER = dict(" in d and not any(line.startswith("def token_logprobs(") for line in d), name
     hunks = [op for op in difflib.SequenceMatcher(None, g, d, autojunk=False).get_opcodes() if op[0] != "equal"]
     assert hunks, f"{name} changes nothing?"
     for tag, i1, i2, j1, j2 in hunks:

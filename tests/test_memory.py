@@ -127,6 +127,8 @@ import os  # noqa: E402
 
 import config  # noqa: E402
 import train  # noqa: E402
+import types  # noqa: E402
+from trainer.records import UpdateBatch  # noqa: E402
 
 SMALL = ["--batch-size", "16", "--group-size", "4", "--mini-batch-size", "8", "--micro-batch-size", "4",
          "--eval-problems", "8", "--max-new-tokens", "24", "--reward-workers", "0", "--eval-every", "0"]
@@ -151,7 +153,8 @@ def _update_grad(model_path, **cfg_kw):
     p, r, adv, tr = fixed_batch(len(tok), tok.eos_token_id)
     cfg = config.Config(batch_size=16, group_size=4, mini_batch_size=16, micro_batch_size=4, lr=0.0, grad_clip=1e9,
                        entropy_coef=0.01, **cfg_kw)
-    out = train.update_policy(cfg, acc, model, None, opt, tok, p, r, adv, tr, 0.01, 0)
+    learner = types.SimpleNamespace(cfg=cfg, accelerator=acc, model=model, ref_model=None, optimizer=opt, tok=tok, ent_ctrl=None)
+    out = train.update_policy(learner, UpdateBatch(p, r, adv, tr), 0.01, 0)
     return out.metrics["policy/loss"], out.metrics["policy/entropy"], grads[0]
 
 
@@ -182,12 +185,13 @@ def test_bf16_adamw_loses_small_updates_fp32_master_keeps_them():
 
 
 PRECISION_DRIVER = """
-import json, sys, torch
+import json, sys, torch, types
 torch.set_num_threads(1)
 import config, train
 from engines.loading import load_model
 from tests.mp_step import fixed_batch
 from trainer import distributed
+from trainer.records import UpdateBatch
 policy, model_path, out = sys.argv[1:4]
 cfg = config.Config(dtype=policy, batch_size=16, group_size=4, mini_batch_size=16, micro_batch_size=4, lr=1e-6,
                    warmup_steps=1, grad_clip=1e9, output_dir=out)
@@ -202,7 +206,8 @@ def step(*a, **k):
     return real_step(*a, **k)
 opt.step = step
 p, r, adv, tr = fixed_batch(len(tok), tok.eos_token_id)
-res = train.update_policy(cfg, acc, model, None, opt, tok, p, r, adv, tr, 0.0, 0)
+learner = types.SimpleNamespace(cfg=cfg, accelerator=acc, model=model, ref_model=None, optimizer=opt, tok=tok, ent_ctrl=None)
+res = train.update_policy(learner, UpdateBatch(p, r, adv, tr), 0.0, 0)
 moved = sum((p.detach() != w0[n]).sum().item() for n, p in model.named_parameters()) / sum(v.numel() for v in w0.values())
 states = sorted({str(t.dtype) for s in opt.state.values() for k, t in s.items() if k in ("exp_avg", "exp_avg_sq")})
 print(json.dumps({"mixed_precision": acc.mixed_precision, "weights": sorted({str(p.dtype) for p in model.parameters()}),

@@ -10,6 +10,7 @@ import data
 import train
 import trainer.setup
 from trainer import batches
+from trainer.records import UpdateBatch
 
 SMALL = ["--batch-size", "16", "--group-size", "4", "--mini-batch-size", "8", "--micro-batch-size", "4",
          "--eval-problems", "12", "--max-new-tokens", "40", "--reward-workers", "0", "--eval-every", "0"]
@@ -58,6 +59,20 @@ def test_resume_matches_uninterrupted_run(tiny_model_path, tmp_path):
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
     rows = [json.loads(line) for line in open(tmp_path / "b" / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("timing", ["code", "paper"])
+def test_resume_keeps_the_entropy_estimate(tiny_model_path, tmp_path, timing):
+    """Skywork's controller resumes with its estimate: under code timing step 3 uses rollout 2's NLL, observed in the
+    update before the checkpoint and held by entropy.AdaptiveEntropy (its state_dict), so 2 + 2 steps equal 4."""
+    extra = ["--recipe", "skywork", "--curriculum", "", "--no-online-filter", "--entropy-target", "100",  # no stages:
+             "--entropy-delta", "1e-3", "--no-rejection-sampling", "--entropy-timing", timing,  # they follow --max-steps
+             "--save-every", "2", "--seed", "3"]
+    full = run(tiny_model_path, tmp_path / "a", "--max-steps", "4", *extra)
+    run(tiny_model_path, tmp_path / "b", "--max-steps", "2", *extra)
+    resumed = run(tiny_model_path, tmp_path / "b", "--max-steps", "4", "--resume", "auto", *extra)
+    assert _strip_perf(full) == _strip_perf(resumed)
+    assert all("policy/entropy_estimate" in r for r in full[1:])
 
 
 @pytest.mark.parametrize("recipe", list(config.RECIPES))
@@ -166,6 +181,8 @@ def test_split_micro_cuts_by_padded_tokens_in_length_order():
 def test_length_sorted_micro_batches_give_the_one_batch_gradient(tiny_model_path, agg):
     """--micro-batch-tokens: sorting a mini-batch by length and cutting it by padded size changes no gradient
     (float64: equal to rounding), and the budget used here does cut it into several micro-batches."""
+    import types
+
     from accelerate import Accelerator
 
     from engines.loading import load_model
@@ -188,7 +205,8 @@ def test_length_sorted_micro_batches_give_the_one_batch_gradient(tiny_model_path
     for tokens in (0, 120):
         cfg = config.Config(batch_size=16, group_size=4, mini_batch_size=16, micro_batch_size=16, micro_batch_tokens=tokens,
                            loss_agg=agg, lr=0.0, grad_clip=1e9, max_new_tokens=32)
-        train.update_policy(cfg, acc, model, None, optimizer, tok, p_ids, r_ids, adv, [False] * 16, 0.0, 0, None)
+        learner = types.SimpleNamespace(cfg=cfg, accelerator=acc, model=model, ref_model=None, optimizer=optimizer, tok=tok, ent_ctrl=None)
+        train.update_policy(learner, UpdateBatch(p_ids, r_ids, adv, [False] * 16), 0.0, 0)
         optimizer.zero_grad(set_to_none=True)
     assert len(batches.split_micro(list(range(16)), p_ids, r_ids, 16, 120)) >= 3
     assert torch.allclose(grads[0], grads[1], rtol=1e-9, atol=1e-12)
@@ -240,13 +258,16 @@ def test_entropy_coefficient_wiring_follows_hand_trace(timing, monkeypatch):
     cfg = config.parse_config(["--recipe", "skywork", "--entropy-delta", "1e-3", "--entropy-timing", timing])
     ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max, timing=cfg.entropy_timing,
                                    strict=cfg.entropy_timing == "code")
-    run_ = types.SimpleNamespace(cfg=cfg, ent_ctrl=ctrl, last_nll=None)
+    accelerator = types.SimpleNamespace(device="cpu", reduce=lambda t, op: t)  # one process
+    run_ = types.SimpleNamespace(cfg=cfg, ent_ctrl=ctrl, accelerator=accelerator, model=None, tok=None)
+    batch = UpdateBatch([[1]], [[2]], torch.zeros(1), [False])
     k = [0]
-    monkeypatch.setattr(train, "rollout_nll", lambda run, p, r: NLLS[k[0]])  # paper timing: this rollout's NLL
+    sampled = lambda: torch.tensor([-NLLS[k[0]]])  # noqa: E731  log pi_old of a one-token rollout whose NLL is NLLS[k]
+    monkeypatch.setattr(train, "old_logprobs", lambda *a: [sampled()])  # paper timing: this rollout, before its update
     got = []
     for k[0] in range(len(NLLS)):
-        got.append(train.entropy_coef(run_, [], [], {}))
-        run_.last_nll = NLLS[k[0]]  # what step 5 leaves for the next step (code timing)
+        got.append(train.entropy_coef(run_, batch, {}))
+        ctrl.observe(sampled().view(1, 1), torch.ones(1, 1), before_update=False)  # the update's pass (code timing)
     assert got == pytest.approx(TRACE[timing], abs=1e-12)
 
 

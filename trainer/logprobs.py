@@ -33,11 +33,11 @@ class _ChunkedHead(torch.autograd.Function):
         dev = hidden.device.type  # under autocast (bf16 mixed precision) the backward recomputes as the forward did
         ctx.autocast = (dev, torch.get_autocast_dtype(dev), torch.is_autocast_enabled(dev))
         ctx.set_materialize_grads(False)  # an output the loss does not use (the logged entropy) gets None: no work
-        acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32 for bf16/fp16, fp64 stays fp64
-        logp = torch.empty(hidden.shape[0], dtype=acc, device=hidden.device)
+        acc_dtype = torch.promote_types(hidden.dtype, torch.float32)  # fp32 for bf16/fp16, fp64 stays fp64
+        logp = torch.empty(hidden.shape[0], dtype=acc_dtype, device=hidden.device)
         ent = torch.empty_like(logp) if with_entropy else logp.new_empty(0)
         for s in range(0, hidden.shape[0], chunk):
-            z = _chunk_logits(hidden[s : s + chunk], weight, bias, temperature, acc)  # (c, V)
+            z = _chunk_logits(hidden[s : s + chunk], weight, bias, temperature, acc_dtype)  # (c, V)
             logz = torch.logsumexp(z, dim=-1)  # (c,)
             logp[s : s + chunk] = z.gather(-1, tokens[s : s + chunk, None]).squeeze(-1) - logz
             if with_entropy:  # H = logZ - E_p[z]: one more pass over the chunk
@@ -56,22 +56,22 @@ class _ChunkedHead(torch.autograd.Function):
     def _backward(ctx, g_logp, g_ent):
         hidden, weight, bias, tokens = ctx.saved_tensors
         T, chunk = ctx.temperature, ctx.chunk
-        acc = torch.promote_types(hidden.dtype, torch.float32)
+        acc_dtype = torch.promote_types(hidden.dtype, torch.float32)
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         g_h = torch.empty_like(hidden) if need_h else None
-        g_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None  # summed over chunks
-        g_b = torch.zeros(weight.shape[0], dtype=acc, device=weight.device) if need_b and bias is not None else None
+        g_w = torch.zeros(weight.shape, dtype=acc_dtype, device=weight.device) if need_w else None  # summed over chunks
+        g_b = torch.zeros(weight.shape[0], dtype=acc_dtype, device=weight.device) if need_b and bias is not None else None
         if g_ent is not None and g_ent.numel() == 0:
             g_ent = None
         if g_logp is None:
-            g_logp = torch.zeros(hidden.shape[0], dtype=acc, device=hidden.device)
+            g_logp = torch.zeros(hidden.shape[0], dtype=acc_dtype, device=hidden.device)
         for s in range(0, hidden.shape[0], chunk):
             h = hidden[s : s + chunk]
-            z, z_dtype = _chunk_logits(h, weight, bias, T, acc, with_dtype=True)  # (c, V), recomputed
+            z, z_dtype = _chunk_logits(h, weight, bias, T, acc_dtype, with_dtype=True)  # (c, V), recomputed
             p = torch.softmax(z, dim=-1)
-            gl = g_logp[s : s + chunk, None].to(acc)  # (c, 1)
+            gl = g_logp[s : s + chunk, None].to(acc_dtype)  # (c, 1)
             if g_ent is not None:  # grad = -g_H p (z - E_p z) - g_logp p, built in place in z
-                ge = g_ent[s : s + chunk, None].to(acc)
+                ge = g_ent[s : s + chunk, None].to(acc_dtype)
                 grad = z.sub_((p * z).sum(-1, keepdim=True)).mul_(p).mul_(-ge).sub_(p.mul_(gl))
             else:
                 grad = p.mul_(-gl)
@@ -80,17 +80,17 @@ class _ChunkedHead(torch.autograd.Function):
             if need_h:
                 g_h[s : s + chunk] = grad @ weight
             if need_w:
-                g_w += (grad.T @ h).to(acc)
+                g_w += (grad.T @ h).to(acc_dtype)
             if g_b is not None:
-                g_b += grad.sum(0).to(acc)
+                g_b += grad.sum(0).to(acc_dtype)
         g_w = g_w.to(weight.dtype) if g_w is not None else None
         g_b = g_b.to(bias.dtype) if g_b is not None else None
         return g_h, g_w, g_b, None, None, None, None
 
 
-def _chunk_logits(h, weight, bias, temperature, acc, with_dtype=False):
+def _chunk_logits(h, weight, bias, temperature, acc_dtype, with_dtype=False):
     z = h @ weight.T if bias is None else torch.addmm(bias, h, weight.T)  # (c, V): model's dtype, or autocast's
-    out = z.to(acc).div_(temperature)
+    out = z.to(acc_dtype).div_(temperature)
     return (out, z.dtype) if with_dtype else out
 
 

@@ -23,10 +23,10 @@ class UpdateLog:
 
     def __init__(self):
         self.agg = {"loss": 0.0, "clip_frac_low": 0.0, "clip_frac_high": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
-        self.updates, self.nll_sum, self.nll_tok, self.extra = 0, 0.0, 0, {}
+        self.updates, self.extra = 0, {}  # extra: C3PO's budget metrics of the last mini-batch that had responses
         self.tis = dict.fromkeys(TIS_SUMS, 0.0)  # truncated IS (--tis-cap): TIS_SUMS over every micro-batch
 
-    def add(self, stats: list[dict], grad_norm: float, first_epoch: bool):
+    def add(self, stats: list[dict], grad_norm: float, extra: dict | None = None):
         T = sum(s["tokens"] for s in stats) or 1
         self.agg["loss"] += sum(s["loss"] for s in stats)
         S = sum(s["seqs"] for s in stats) or 1
@@ -36,9 +36,9 @@ class UpdateLog:
         self.agg["entropy"] += sum(s["entropy_sum"] for s in stats) / T
         self.agg["grad_norm"] += grad_norm
         self.updates += 1
+        if extra is not None:
+            self.extra = extra
         for s in stats:
-            if first_epoch:  # the sampled tokens' NLL under pi_old: Skywork's entropy estimate for the next step
-                self.nll_sum, self.nll_tok = self.nll_sum + s["nll_sum"], self.nll_tok + s["resp_tokens"]
             if "tis" in s:
                 self.tis = {k: self.tis[k] + s["tis"][k] for k in TIS_SUMS}
 
@@ -56,7 +56,7 @@ class UpdateLog:
                             "policy/tis_ess": t["weight"] ** 2 / (n * t["weight_sq"]) if t["weight_sq"] else 1.0})  # ESS / tokens
         if alpha:
             out["policy/entropy_coef"] = alpha
-        return Update(out, self.nll_sum / self.nll_tok if self.nll_tok else None)
+        return Update(out)
 
 
 class StepStats(NamedTuple):
@@ -68,12 +68,12 @@ STAT_SUMS = ("reward", "reward_sq", "correct", "responses", "tokens", "longest",
              "groups", "generated")  # summed over processes (the longest: the max)
 
 
-def step_stats(accelerator, ro) -> StepStats:
+def step_stats(accelerator, rollout) -> StepStats:
     """The step's rollout metrics (a Rollout on each process), summed over processes."""
-    world, comps, G = accelerator.num_processes, ro.completions, ro.group_size
-    local = [sum(ro.rewards), sum(r * r for r in ro.rewards), sum(ro.correct), len(comps), sum(c.length for c in comps),
-             max(c.length for c in comps), sum(c.truncated for c in comps), ro.timeouts,
-             float((torch.tensor(ro.rewards).view(-1, G).std(1) == 0).sum()), len(ro.idx), ro.generated]
+    world, comps, G = accelerator.num_processes, rollout.completions, rollout.group_size
+    local = [sum(rollout.rewards), sum(r * r for r in rollout.rewards), sum(rollout.correct), len(comps),
+             sum(c.length for c in comps), max(c.length for c in comps), sum(c.truncated for c in comps), rollout.timeouts,
+             float((torch.tensor(rollout.rewards).view(-1, G).std(1) == 0).sum()), len(rollout.idx), rollout.generated]
     every = accelerator.gather(torch.tensor(local, dtype=torch.float64).to(accelerator.device)).view(world, -1).cpu()
     s = dict(zip(STAT_SUMS, every.sum(0).tolist()))
     s["longest"] = every[:, STAT_SUMS.index("longest")].max().item()
@@ -84,9 +84,9 @@ def step_stats(accelerator, ro) -> StepStats:
            "rollout/truncated_frac": s["truncated"] / n, "reward/timeouts": int(s["timeouts"]),
            "rollout/generated": int(s["generated"])}
     # per difficulty level (when the data has levels): groups, and groups with a signal (rewards not all equal)
-    signal = (torch.tensor(ro.rewards, dtype=torch.float64).view(-1, G).std(1) > 0).tolist()
+    signal = (torch.tensor(rollout.rewards, dtype=torch.float64).view(-1, G).std(1) > 0).tolist()
     per_level = torch.zeros(2, 5, dtype=torch.float64)
-    for ex, sig in zip(ro.examples, signal):
+    for ex, sig in zip(rollout.examples, signal):
         if ex.level in (1, 2, 3, 4, 5):
             per_level[:, ex.level - 1] += torch.tensor([1.0, float(sig)], dtype=torch.float64)
     per_level = accelerator.reduce(per_level.to(accelerator.device), "sum").cpu()

@@ -27,17 +27,17 @@ def make_producer(run) -> async_rollout.Producer:
     def produce(step) -> Rollout:
         t0 = time.time()
         plan = run.plan(step)  # a function of the step: nothing the trainer thread changes meanwhile
-        ro = collector.collect(plan)
+        batch = collector.collect(plan)
         t1 = time.time()
-        if all(c.logprobs is not None for c in ro.completions):  # the fast engine: the sampler's own log-probs
-            ro.behav_logp = [torch.tensor(c.logprobs) for c in ro.completions]
+        if all(c.logprobs is not None for c in batch.completions):  # the fast engine: the sampler's own log-probs
+            batch.behav_logp = [torch.tensor(c.logprobs) for c in batch.completions]
         else:  # the hf engine reports none: a forward pass of the producer's weights (as slow as half an update)
             G = plan.group_size
-            p_ids = [tok(ro.prompts[i // G], add_special_tokens=False)["input_ids"] for i in range(len(ro.completions))]
-            ro.behav_logp = old_logprobs(cfg, twin, tok, p_ids, [c.token_ids for c in ro.completions],
-                                         run.accelerator.device)
-        ro.metrics.update({"async/collect_s": t1 - t0, "async/behav_logp_s": time.time() - t1})  # generate + score; pi_behav
-        return ro
+            p_ids = [tok(batch.prompts[i // G], add_special_tokens=False)["input_ids"] for i in range(len(batch.completions))]
+            batch.behav_logp = old_logprobs(cfg, twin, tok, p_ids, [c.token_ids for c in batch.completions],
+                                            run.accelerator.device)
+        batch.metrics.update({"async/collect_s": t1 - t0, "async/behav_logp_s": time.time() - t1})  # generate + score; pi_behav
+        return batch
 
     return async_rollout.Producer(twin, produce, threaded=cfg.rollout_worker == "thread")
 
@@ -47,11 +47,11 @@ def take_lagged(run, step: int) -> Rollout:
     if run.producer.pending is None and not run.producer.busy:  # the first step: nothing was made ahead
         run.producer.start(step, run.accelerator.unwrap_model(run.model), version=step)
     pending, waited = run.producer.take()
-    ro = pending.result
-    ro.version = pending.version
-    ro.metrics.update({"async/lag": step - pending.version, "async/version": pending.version,
-                       "async/trainer_wait_s": waited, "async/gen_time_s": pending.gen_time_s})
-    return ro
+    rollout = pending.result
+    rollout.version = pending.version
+    rollout.metrics.update({"async/lag": step - pending.version, "async/version": pending.version,
+                            "async/trainer_wait_s": waited, "async/gen_time_s": pending.gen_time_s})
+    return rollout
 
 
 def pending_state(p) -> dict | None:
@@ -63,10 +63,10 @@ def pending_state(p) -> dict | None:
 
 def pending_from(d: dict) -> async_rollout.Pending:
     if "rollout" in d:
-        ro = Rollout(**d["rollout"])
+        rollout = Rollout(**d["rollout"])
     else:  # a checkpoint written before the Rollout record: (round, timeouts, responses generated, metrics)
         r, extra = d["round"], dict(d["extra"])
-        ro = Rollout(r["idx"], r["exs"], r["prompts"], r["comps"], r["rewards"], r["correct"], r["G"], timeouts=d["timeouts"],
-                     generated=d["n_gen"], observed=extra.pop("_observed", []), behav_logp=extra.pop("_behav", None),
-                     metrics=extra)
-    return async_rollout.Pending(d["step"], d["version"], ro, d["gen_time_s"])
+        rollout = Rollout(r["idx"], r["exs"], r["prompts"], r["comps"], r["rewards"], r["correct"], r["G"],
+                          timeouts=d["timeouts"], generated=d["n_gen"], observed=extra.pop("_observed", []),
+                          behav_logp=extra.pop("_behav", None), metrics=extra)
+    return async_rollout.Pending(d["step"], d["version"], rollout, d["gen_time_s"])

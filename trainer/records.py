@@ -3,7 +3,8 @@
     plan(run, step)      -> StepPlan   step 1's settings: the stage, its task (data, prompt order, reward), G, B, lengths
     collect(run, plan)   -> Rollout    steps 1-3: B groups of G scored responses on this process
     advantages(...)      -> Advantages step 4: A_i per response and the responses kept
-    update_policy(...)   -> Update     step 5: the update's metrics, and Skywork's entropy estimate for the next step
+    kept_responses(...)  -> UpdateBatch step 5's input: what the update needs of each kept response
+    update_policy(...)   -> Update     step 5: the update's metrics
 """
 from __future__ import annotations
 
@@ -56,7 +57,21 @@ class Advantages:
 
 
 @dataclass
+class UpdateBatch:
+    """Step 5's input on this process: the responses that enter the update (n of them) and what each one's loss needs."""
+    prompt_ids: list[list[int]]  # (n,) the prompt's token ids
+    response_ids: list[list[int]]  # (n,) the sampled tokens
+    advantages: torch.Tensor  # (n,) float32 A_i
+    truncated: list[bool]  # (n,) hit the length limit (DAPO's overlong filter)
+    old_logp: list | None = None  # (n,) log pi_old per token, (len_i,) each: set before mu > 1 updates; None: ratio 1
+    behav_logp: list | None = None  # (n,) log pi_behav per token (--tis-cap): the engine's, or with --rollout-lag the
+    # producer's; None without truncated IS
+
+    def __len__(self) -> int:
+        return len(self.response_ids)
+
+
+@dataclass
 class Update:
     """Step 5's result."""
     metrics: dict  # policy/loss, policy/clip_frac_*, policy/kl, policy/entropy, policy/updates, perf/grad_norm, perf/lr, ...
-    sampled_nll: float | None = None  # -mean log pi_old of the sampled tokens (first epoch): Skywork's estimate e_k

@@ -40,7 +40,6 @@ class Run:
     history: list = field(default_factory=list)
     evals: list = field(default_factory=list)
     wall_before: float = 0.0  # wall time of the run before a resume
-    last_nll: float | None = None  # the previous rollout's sampled-token NLL (Skywork's entropy estimate)
     step: int | None = None  # the step in progress (0-based; None outside the loop): what Ctrl-C reports
     producer: object = None  # --rollout-lag 1: async_rollout.Producer
 
@@ -160,6 +159,13 @@ def setup(cfg: Config) -> Run:
         raise SystemExit("error: FSDP cannot be combined with --dynamic-sampling / --seamless (see --fsdp)")
     if cfg.rollout_lag and accelerator.num_processes > 1:  # the producer thread would run collectives beside DDP's
         raise SystemExit(f"error: --rollout-lag: runs on one process, not {accelerator.num_processes} (async_rollout.py)")
+    if cfg.token_budget:  # C3PO: Phi / W tokens on each of W processes, exactly (c3po.process_budget)
+        import c3po
+
+        try:
+            c3po.process_budget(cfg.token_budget, accelerator.num_processes)
+        except ValueError as e:
+            raise SystemExit(f"error: {e}") from None
     runs.check_shared_run_dir(accelerator, cfg.output_dir, resume_from)  # several machines: one run directory
     if cfg.threads and not torch.cuda.is_available():
         torch.set_num_threads(cfg.threads)
