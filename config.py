@@ -277,12 +277,14 @@ class Config:
     vllm_sleep: bool = flag(ROLLOUT, False, "vLLM on GPU: sleep the engine (free its KV cache) during the optimizer "
                                             "updates")
     # The peers' names for --tis-cap / --tis-mode (async_rollout.tis_weights names the versions read: TRL f2cd577,
-    # 2026-07-24; verl-project/verl 1dda039 and areal-project/AReaL cbff54d, 2026-08-22); 2.0 is verl's rollout_is_threshold default
+    # 2026-07-24; verl-project/verl 1dda039 and areal-project/AReaL cbff54d, 2026-08-22); 2.0 is verl's
+    # rollout_is_threshold default
     tis_cap: float = flag(ROLLOUT, 0.0, "truncated importance sampling (async_rollout.tis_weights): each token's "
-                                        "surrogate term is weighted by min(pi_old / pi_engine, cap), correcting for the engine "
-                                        "sampling from a slightly different distribution than the trainer's (other "
-                                        "kernels, bf16); 0 = off; needs an engine that returns log-probs (--rollout "
-                                        "vllm). TRL's vllm_importance_sampling_clip_max; 2.0 is a common cap",
+                                        "surrogate term is weighted by min(pi_old / pi_engine, cap), correcting for "
+                                        "the engine sampling from a slightly different distribution than the "
+                                        "trainer's (other kernels, bf16); 0 = off; needs an engine that returns "
+                                        "log-probs (--rollout vllm). TRL's vllm_importance_sampling_clip_max; 2.0 "
+                                        "is a common cap",
                           check=lambda v: (v < 0 or 0 < v < 1) and f"must be 0 (off) or >= 1, got {v}")
     # --- reward ---
     tis_mode: str = flag(ROLLOUT, "truncate", "what a --tis-cap weight above the cap becomes "
