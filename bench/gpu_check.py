@@ -54,8 +54,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project is one folder up
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))  # bench/gpu.py
+sys.path.insert(0, ROOT)  # before bench/: the project's modules win over a benchmark of the same name
 
 from tools.cli import ArgParser, cli  # noqa: E402
 

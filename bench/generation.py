@@ -1,9 +1,9 @@
 """Rollout throughput: HF generate (HFEngine), its fast decode loop (FastEngine) and vLLM (VLLMEngine) on the tiny
 model, and vLLM's weight-sync time.
 
-    python bench/engines.py                              # 32 prompts x 8 samples x 64 new tokens, temperature 1
-    python bench/engines.py --prompts 64 --samples 16 --model-path /path/to/model
-    python bench/engines.py --lora-rank 16 --engines fast,vllm   # LoRA: adapted model vs merged copy (+ merge time)
+    python bench/generation.py                              # 32 prompts x 8 samples x 64 new tokens, temperature 1
+    python bench/generation.py --prompts 64 --samples 16 --model-path /path/to/model
+    python bench/generation.py --lora-rank 16 --engines fast,vllm   # LoRA: adapted model vs merged copy (+ merge time)
 
 Prints generated tokens per second for each engine (each timed over `--repeats` calls after one warm-up call),
 the vLLM engine's start time, and the mean time of `sync_weights` (push the trainer's weights + reset the prefix
