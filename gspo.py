@@ -80,6 +80,10 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool 
     return adv.to(torch.float32).view(-1)  # (N,)
 
 
+# GSPO change 0: none to the log-probs. grpo.token_logprobs computes every recipe's (the trainer runs it,
+# trainer/logprobs.py), so this file carries no copy of it.
+
+
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """k3 estimator of KL(pi_theta || pi_ref) per token: exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman, 2020)."""
     d = ref_logp - logp  # (N, T)
