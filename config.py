@@ -240,11 +240,13 @@ class Config:
     resume_override: bool = flag(RUN, False, "with --resume: apply flags that change the run anyway, one warning line "
                                              "each (the model, data, recipe, seed and evaluation still cannot change)")
     # --- rollout ---
-    rollout: str = flag(ROLLOUT, "fast", "generation engine: 'fast' (engines.hf.FastEngine: transformers' forward in "
-                                         "a plain decode loop, the samples of 'hf' token for token, ~4x faster on the "
-                                         "tiny model), 'hf' (transformers generate, the reference) or 'vllm' "
-                                         "(colocated in each training process)",
-                        choices=("fast", "hf", "vllm"),
+    rollout: str = flag(ROLLOUT, "auto", "generation engine: 'auto' ('fast' on the CPU, 'hf' on a GPU: the faster one "
+                                         "where each was measured, rollout.auto_engine), 'fast' (engines.hf.FastEngine:"
+                                         " transformers' forward in a plain decode loop, the samples of 'hf' token for "
+                                         "token, ~4x faster on the tiny model on 2 CPU cores, slower than 'hf' on an "
+                                         "H100), 'hf' (transformers generate, the reference) or 'vllm' (colocated in "
+                                         "each training process)",
+                        choices=("auto", "fast", "hf", "vllm"),
                         check=vllm_installed)
     rollout_lag: int = flag(ROLLOUT, 0, "K: generate batch k+1 with theta_k while the update runs on batch k "
                                         "(async_rollout.py: a producer thread with its own copy of the policy; batch "

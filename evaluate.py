@@ -131,7 +131,7 @@ FROM_RUN = {"data": "eval_data", "split": "eval_split", "eval_problems": "eval_p
             "rollout": "rollout", "reward": "reward", "template": "template", "system_prompt": "system_prompt", "stop": "stop",
             "chat_template_kwargs": "chat_template_kwargs"}
 DEFAULTS = {"data": "builtin", "split": "test", "eval_problems": 400, "samples": 4, "temperature": 1.0, "top_p": 1.0,
-            "max_new_tokens": 64, "seed": 0, "rollout": "fast", "reward": "math", "template": "auto", "system_prompt": "",
+            "max_new_tokens": 64, "seed": 0, "rollout": "auto", "reward": "math", "template": "auto", "system_prompt": "",
             "stop": "", "chat_template_kwargs": ""}  # train.py's defaults: a model that no run wrote is evaluated as train.py's default run would
 
 
@@ -187,7 +187,8 @@ def main(argv=None):
     ap.add_argument("--max-new-tokens", type=config.number(int, config.at_least(1)), help="maximum response length (default: the run's, else 64)")
     ap.add_argument("--seed", type=count, help="the run's --seed: which problems, and the sampled evaluation's stream "
                     "(default: the run's, else 0)")
-    ap.add_argument("--rollout", choices=("fast", "hf", "vllm"), help="generation engine (default: the run's, else fast)")
+    ap.add_argument("--rollout", choices=("auto", "fast", "hf", "vllm"), help="generation engine (default: the run's, "
+                    "else auto: fast on the CPU, hf on a GPU)")
     ap.add_argument("--reward", choices=("math", "math-strict", "math-dapo"), help="how answers are graded (default: "
                     "the run's, else math)")
     ap.add_argument("--template", choices=tuple(TEMPLATES), help="prompt template (train.py --template; default: "

@@ -31,10 +31,22 @@ from engines.hf import FastEngine, HFEngine
 from engines.vllm_engine import VLLMEngine
 
 
+def auto_engine(device_type: str) -> str:
+    """--rollout auto: 'fast' on the CPU, 'hf' on a GPU, the faster of the two where each was measured.
+    CPU (2 cores, the tiny model): the fast engine is about 4x HF generate (bench/generation.py, docs/speed.md).
+    H100 (bench/results/gpu_engines_h100.md): HF generate 1,615-1,731 tokens/s at Qwen2.5-0.5B shapes against the fast
+    engine's 1,297-1,340 (a host check per token) and 524-725 (every 16 tokens), 1,328 against 410 at 1.5B, and
+    train.py on the tiny model 0.7-1.4 s/step with 'hf' against 2.3-4.2 with 'fast'. On a GPU both are launch-bound
+    (a decode step's kernels take less time than the host needs to launch them), and generate launches fewer."""
+    return "hf" if device_type == "cuda" else "fast"
+
+
 def make_engine(name: str, model, tokenizer, **kw) -> Engine:
     """'hf' or 'fast' (keyword used: max_batch) or 'vllm' (model_path required: the checkpoint the training model was
     loaded from, e.g. the resumed checkpoint; gpu_memory_utilization, enable_sleep, seed, max_model_len, ...).
-    Keywords meant for the other engine are ignored."""
+    'auto' is `auto_engine`'s choice for the model's device. Keywords meant for the other engine are ignored."""
+    if name == "auto":
+        name = auto_engine(next(model.parameters()).device.type)
     if name in ("hf", "fast"):
         return (HFEngine if name == "hf" else FastEngine)(model, tokenizer, **{k: v for k, v in kw.items() if k in ("max_batch",)})
     if name == "vllm":

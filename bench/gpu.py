@@ -107,13 +107,13 @@ def update(model, opt, micro, prompt, resp, device, g):
 
 def generate(model, tok, rows: int, tokens: int, device: str, engine: str = "fast", check_every: int | None = None) -> float:
     """Generated tokens/s. engine: 'fast' (engines.hf.FastEngine, host check every `check_every` tokens: None = its
-    default), 'hf' (HFEngine: transformers' generate) or 'hf-static' (generate with cache_implementation="static":
+    default, 1), 'hf' (HFEngine: transformers' generate) or 'hf-static' (generate with cache_implementation="static":
     a preallocated KV cache, and on CUDA transformers compiles the decode step itself)."""
     import rollout
     from engines.hf import FastEngine, HFEngine
 
     eng = (FastEngine if engine == "fast" else HFEngine)(model, tok, max_batch=rows)
-    if engine == "fast":
+    if engine == "fast" and check_every:
         eng.check_every = check_every
     gc = model.generation_config
     gc.cache_implementation = "static" if engine == "hf-static" else None

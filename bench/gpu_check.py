@@ -1,6 +1,8 @@
 """On a CUDA GPU, one command: every figure this project measures there, in about eight minutes on one H100, into one
-results file (bench/results/gpu_check_<device>.md, and .json beside it). Not yet run on a GPU: its figures are not
-yet measured; the CPU dry run below is what the test suite runs.
+results file (bench/results/gpu_check_<device>.md, and .json beside it). Run on an H100 at commit 708b1b1, before
+`--rollout auto` chose HF generate there: bench/results/gpu_check_nvidia_h100_80gb_hbm3.md (407 s; the gen part
+reached its limit before the static-cache row, and the TRL part's settings check then also compared the CPU thread
+count, which no longer counts on a GPU). The CPU dry run below is what the test suite runs.
 
     python bench/gpu_check.py                     # on the GPU machine (device, driver, versions, commit in the header)
     python bench/gpu_check.py --parts gen,update  # some parts only
@@ -19,12 +21,11 @@ after every part, so a run cut short still leaves the parts done.
                before and after. bf16-mixed (train.py's --dtype auto on a GPU).
   gen   (150)  generated tokens/s at Qwen2.5-0.5B and -1.5B shapes, random weights, full depth (bench/gpu.py's
                build, full: fp32 weights under bf16 autocast, as train.py generates), 64 rows x 512 new tokens
-               (1.5B: x 128) from 64-token prompts: the fast engine (host check every 16 tokens, its CUDA default),
-               the fast engine at k = 1 (a check per token: the engine before that default), transformers' generate
-               (HFEngine), and generate with cache_implementation="static" (a preallocated cache; transformers
-               compiles the decode step on CUDA, here in a warm-up call of the measured size; on bf16 weights, since
+               (1.5B: x 128) from 64-token prompts: transformers' generate (HFEngine, --rollout auto's choice on a
+               GPU), the fast engine (a host check per token, its default), and generate with
+               cache_implementation="static" (a preallocated cache; transformers compiles the decode step on CUDA, here in a warm-up call of the measured size; on bf16 weights, since
                the cache takes the dtype of the first keys and fp32 weights under autocast give it fp32 and bf16
-               ones). Rows in order of need.
+               ones), and last the fast engine with a host check every 16 tokens. Rows in order of need.
   update (60)  one update's peak memory and tokens/s at those shapes (bench/gpu.py's update: 2 x (256 + 1,024) tokens,
                checkpointing, LM-head chunk 256): full with AdamW fused (train.py's CUDA step) and foreach (torch's
                default, bench/results/gpu_h100.md's), LoRA r 16 fused.
@@ -187,8 +188,8 @@ def dry_sizes(gpu) -> None:
     151,936-row vocabulary, whose LM head alone takes seconds a token on the CPU."""
     gpu.QWEN25["dry"] = DRY_MODEL
     gpu.VOCAB = 3136
-GEN_ORDER = [("0.5B", "fast", None), ("0.5B", "fast", 1), ("0.5B", "hf", None), ("1.5B", "fast", None),
-             ("1.5B", "hf", None), ("0.5B", "hf-static", None), ("1.5B", "fast", 1)]  # (size, engine, check_every)
+GEN_ORDER = [("0.5B", "hf", None), ("0.5B", "fast", 1), ("1.5B", "hf", None), ("1.5B", "fast", 1),
+             ("0.5B", "hf-static", None), ("0.5B", "fast", 16)]  # (size, engine, check_every)
 DRY_GEN_ORDER = [("dry", "fast", None), ("dry", "fast", 16), ("dry", "hf", None), ("dry", "hf-static", None)]
 
 
@@ -225,7 +226,7 @@ def child_gen(a, emit):
             torch.cuda.reset_peak_memory_stats()
         tps = gpu.generate(model, tok, rows, tokens, dev, engine, k)
         peak = torch.cuda.max_memory_allocated() / GB if dev == "cuda" else None
-        name = {"fast": f"fast engine, host check every {k or (16 if dev == 'cuda' else 1)} tokens", "hf": "HF generate",
+        name = {"fast": f"fast engine, host check every {k or 1} tokens", "hf": "HF generate",
                 "hf-static": 'HF generate, cache_implementation="static", bf16 weights'}[engine]
         emit({"shape": shape_name(size), "layers": layers or None, "engine": name, "rows": rows, "tokens": tokens,
               "tokens_per_s": tps, "peak_gib": peak})

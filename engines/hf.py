@@ -65,9 +65,8 @@ class FastEngine(HFEngine):
         from (after temperature and top-p, as vLLM's processed_logprobs), read off the logits the loop already has.
         --rollout-lag's producer takes them as pi_behav instead of a second forward pass over the batch.
       * No per-token logits processors, stopping criteria or output bookkeeping beyond the above.
-      * `check_every` (k; None: 1 on the CPU, 16 on CUDA): the decode steps between two reads of the batch back to
-        the host. At k = 1 every step checks which rows ended and drops them (the CPU path: no step is spent on an
-        ended row). At k > 1 the rows that end (a stop token) are marked on the device, their later samples are not
+      * `check_every` (k, default 1): the decode steps between two reads of the batch back to the host. At k = 1
+        every step checks which rows ended and drops them (no step is spent on an ended row). At k > 1 the rows that end (a stop token) are marked on the device, their later samples are not
         written, and the host checks (stop strings, the progress callback, dropping rows, stopping when all ended)
         every k steps only; the decode steps in between also pass their attention mask ready-made (4D, as
         transformers builds it for one query token), since transformers' own mask builder reads the padding mask
@@ -76,7 +75,10 @@ class FastEngine(HFEngine):
         after the last row ended; their draws are undone (the generator's state, kept per step on the host, is put
         back to the one after the last row's draw), so the random stream ends where `generate` leaves it. The samples
         do not depend on k (tests/test_gpu_path.py: k = 5 and 16 give HFEngine's samples token for token on the CPU;
-        their log-probs equal k = 1's to float rounding).
+        their log-probs equal k = 1's to float rounding). Measured on an H100 (bench/results/gpu_engines_h100.md),
+        k = 16 did not pay: 725 against k = 1's 1,297 tokens/s at Qwen2.5-0.5B shapes, 64 rows x 512 tokens, and 524
+        against 1,340 at 64 x 128; a profile of 64 x 32 found the same kernels and GPU time at both k. HF generate was
+        faster than either there, so `--rollout auto` picks it on a GPU (rollout.auto_engine).
     Same seed, same samples as HFEngine: `tests/test_rollout.py` checks it token for token (sampled and greedy,
     top-p included). The equality rests on two facts the test would catch if a torch or transformers release
     changed them: multinomial's draw as above, and a row's logits not depending on which other rows share its
@@ -84,7 +86,7 @@ class FastEngine(HFEngine):
     so samples can differ in the last bits of the logits: the distribution sampled is the same).
     """
 
-    check_every: int | None = None  # decode steps per host check (above); None: 1 on the CPU, 16 on CUDA
+    check_every: int = 1  # decode steps per host check (above)
 
     @torch.inference_mode()
     def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
@@ -119,7 +121,7 @@ class FastEngine(HFEngine):
             x = enc["input_ids"]
             stops = torch.tensor(self.stops, device=device)
             window = max((len(s) for s in params.stop), default=0) + 1  # tokens that can hold a stop string's end
-            k = self.check_every or (16 if device.type == "cuda" else 1)  # decode steps per host check
+            k = self.check_every  # decode steps per host check
             alive = torch.ones(b, dtype=torch.bool, device=device)  # rows of the batch not yet ended
             gen = torch.cuda.default_generators[device.index or 0] if device.type == "cuda" else torch.default_generator
             drawn = {}  # k > 1: the random state after each step's draw since the last check

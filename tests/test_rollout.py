@@ -221,3 +221,14 @@ def test_fast_engine_logprobs_are_the_sampling_distributions(tiny_model_path, te
         assert max(g.abs().max().item() for g in gaps) < 1e-5
     else:
         assert min(g.min().item() for g in gaps) > -1e-4 and max(g.max().item() for g in gaps) > 1e-3  # renormalised
+
+
+def test_auto_engine_is_fast_on_the_cpu_and_generate_on_a_gpu(trained_model_path):
+    """--rollout auto (the default): the faster engine where each was measured (rollout.auto_engine's docstring)."""
+    import rollout
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    assert rollout.auto_engine("cpu") == "fast" and rollout.auto_engine("cuda") == "hf"
+    model = AutoModelForCausalLM.from_pretrained(trained_model_path)
+    eng = rollout.make_engine("auto", model, AutoTokenizer.from_pretrained(trained_model_path))
+    assert type(eng) is rollout.FastEngine

