@@ -125,7 +125,7 @@ RECIPE = "recipe techniques (--recipe NAME sets a paper's; a flag given still wi
 SCALE = "memory and scale"
 EVAL = "evaluation and logging"
 GROUPS = (DATA, RUN, ROLLOUT, REWARD, LOSS, OPTIM, RECIPE, SCALE, EVAL)
-REWARDS = ("math", "math-strict", "math-dapo", "code", "code-strict", "code-soft")
+REWARDS = ("math", "math-strict", "math-dapo", "code", "code-strict", "code-soft", "countdown")
 
 
 def flag(group: str, default, help: str, choices: tuple | None = None, check=None):
@@ -195,11 +195,13 @@ def tracker_installed(name: str):
 class Config:
     # --- model and data ---
     model: str = flag(DATA, "", "model path or hub name; empty = the shipped tiny Qwen2 (models/tiny-qwen2)")
-    train_data: str = flag(DATA, "builtin", "'builtin' (the built-in task of the reward's kind: math, or with a code "
-                                            "reward code), 'builtin-math', 'builtin-code', or a .jsonl/.json/.parquet "
-                                            "file or hub dataset name")
+    train_data: str = flag(DATA, "builtin", "'builtin' (the built-in task of the reward's kind: math, code with a code "
+                                            "reward, Countdown with --reward countdown), 'builtin-math', "
+                                            "'builtin-code', 'builtin-countdown', or a .jsonl/.json/.parquet file or "
+                                            "hub dataset name")
     eval_data: str = flag(DATA, "builtin", "'builtin' (held-out split of the built-in task of the reward's kind), "
-                                           "'builtin-math', 'builtin-code', or a file / hub dataset name")
+                                           "'builtin-math', 'builtin-code', 'builtin-countdown', or a file / hub "
+                                           "dataset name")
     eval_split: str = flag(DATA, "test", "split to use when --eval-data is a hub dataset")
     train_problems: int = flag(DATA, 0, "use only the first N training problems (0 = all; the built-in tasks draw "
                                         "20,000): a small pool is seen for several epochs, as the papers' data is",
@@ -298,8 +300,10 @@ class Config:
                          choices=("truncate", "mask"))
     reward: str = flag(REWARD, "math", "reward: 'math' (the final answer wherever a careful grader looks, math-verify "
                                        "equivalence), 'math-strict' (last \\boxed{} only: Skywork-OR1's format rule), "
-                                       "'math-dapo' (DAPO's 'Answer:' line and prompt), or code modes 'code' (all "
-                                       "tests pass), 'code-strict', 'code-soft' (MiMo); see reward.py",
+                                       "'math-dapo' (DAPO's 'Answer:' line and prompt), code modes 'code' (all "
+                                       "tests pass), 'code-strict', 'code-soft' (MiMo; see reward.py), or "
+                                       "'countdown' (the equation in <answer> tags reaches the target exactly: "
+                                       "tasks/countdown.py)",
                        choices=REWARDS)
     correct_reward: float = flag(REWARD, 1.0, "reward of a correct answer")
     wrong_reward: float = flag(REWARD, 0.0, "reward of a wrong answer (-1 for DAPO / Compass-Thinker, 0 for Ring-lite "

@@ -29,6 +29,7 @@ from collections import defaultdict
 from engines.stops import read_stops
 from reward import MathReward
 from rollout import SamplingParams
+from tasks.countdown import CountdownReward
 from tasks.load import load_dataset
 from tasks.templates import TEMPLATES, build_prompt, check_template, opens_thought, parse_template_kwargs
 from tools.cli import ArgParser, cli
@@ -189,7 +190,7 @@ def main(argv=None):
                     "(default: the run's, else 0)")
     ap.add_argument("--rollout", choices=("auto", "fast", "hf", "vllm"), help="generation engine (default: the run's, "
                     "else auto: fast on the CPU, hf on a GPU)")
-    ap.add_argument("--reward", choices=("math", "math-strict", "math-dapo"), help="how answers are graded (default: "
+    ap.add_argument("--reward", choices=("math", "math-strict", "math-dapo", "countdown"), help="how answers are graded (default: "
                     "the run's, else math)")
     ap.add_argument("--template", choices=tuple(TEMPLATES), help="prompt template (train.py --template; default: "
                     "the run's, else auto)")
@@ -210,6 +211,7 @@ def main(argv=None):
     import torch
 
     from trainer import lora
+    from trainer.stages import kind_of
     import rollout
     from tools import tiny
 
@@ -235,11 +237,12 @@ def main(argv=None):
         raise SystemExit(f"error: --k {a.k!r}: comma-separated whole numbers, e.g. 1,4") from None
     if any(k < 1 for k in ks) or any(k > max(samples, 1) for k in ks):
         raise SystemExit(f"error: --k {a.k}: pass@k needs 1 <= k <= --samples ({samples})")
-    examples = load_dataset(st["data"], split=st["split"], n=st["eval_problems"] or None, seed=st["seed"])  # bad data: before the model
+    kind = kind_of(st["reward"])
+    examples = load_dataset(st["data"], split=st["split"], n=st["eval_problems"] or None, seed=st["seed"],
+                            schema="countdown" if kind == "countdown" else None)  # bad data: before the model
     print(f"evaluating {model_dir or 'the built-in tiny model'} with {source}: {shown}{over}", file=sys.stderr, flush=True)
     path = model_dir or tiny.get_tiny_model()
     model, tok, path = lora.load_any(path, torch.float32)  # a LoRA checkpoint: merged onto its base
-    kind = "math-dapo" if st["reward"] == "math-dapo" else "math"
     tkw = parse_template_kwargs(st["chat_template_kwargs"])
     check_template(tok, st["template"], kind, template_kwargs=tkw)
     thought_open = opens_thought(tok, kind, st["template"], st["system_prompt"], tkw)  # R1-Distill: the prompt opens it
@@ -248,7 +251,9 @@ def main(argv=None):
     engine = rollout.make_engine(st["rollout"], model, tok, model_path=path, seed=st["seed"],
                                  max_model_len=512 if builtin_model else None)
     torch.manual_seed(st["seed"] + 7919)  # train.py's evaluation stream (run_eval)
-    res = evaluate(engine, tok, examples, MathReward(mode=st["reward"], thought_open=thought_open), samples, ks,
+    reward_fn = (CountdownReward(thought_open=thought_open) if kind == "countdown" else
+                 MathReward(mode=st["reward"], thought_open=thought_open))
+    res = evaluate(engine, tok, examples, reward_fn, samples, ks,
                    st["temperature"], st["top_p"], st["max_new_tokens"], kind=kind, template=st["template"],
                    system=st["system_prompt"], stop=stop, template_kwargs=tkw)
     res.pop("samples")

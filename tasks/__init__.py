@@ -4,6 +4,7 @@
     piecewise.py     the built-in code task: piecewise functions of n, stdin/stdout tests in 3 levels ('builtin-code')
     split.py         train vs held-out for a generated task: a hash of the problem's text (disjoint whatever the seed)
     load.py          load_dataset: --data -> Examples (a built-in task, a file or hub dataset, code problems)
-    countdown.py     Countdown: reach a target from 3-5 numbers with + - * /; exact parser-based verifier, solver traces
+    countdown.py     Countdown ('builtin-countdown', --reward countdown): a target from 3-5 numbers with + - * /; exact
+                     parser-based verifier (CountdownReward), solver and search traces
     templates.py     the prompt templates (--template): chat, plain, qwen-math, r1-zero, dapo; opens_thought
 """

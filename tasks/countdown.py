@@ -60,6 +60,9 @@ from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 
+from data import DataError, Example
+from verifier.extract import THINK_OPEN, after_thought
+
 MAX_ANSWER_CHARS = 200  # longer answer contents score 0 unread
 MAX_DEPTH = 12  # parentheses nested deeper score 0
 HELDOUT_PERCENT = 20
@@ -198,6 +201,41 @@ def countdown_reward(completion: str, problem: dict) -> float:
         return 0.0
     value = evaluate(equation, problem["numbers"])
     return 1.0 if value is not None and value == problem["target"] else 0.0
+
+
+class CountdownReward:
+    """`--reward countdown`: the trainer's reward interface (as reward.MathReward's) over countdown_reward.
+
+    Called with completions and their problems (Example.answer: the problem dict), it returns (rewards, correct,
+    metrics). The answer is read after the thought as the math reward reads it (reward.py, "Thoughts": after the last
+    `</think>`; a thought that never closes holds no answer), so `--template r1-zero`, a chat model's `<think>` and a
+    prompt that opens the thought (thought_open) all meet one rule. No worker pool: the parser is bounded (rules
+    1-2), so nothing can hang it."""
+
+    def __init__(self, correct_reward: float = 1.0, wrong_reward: float = 0.0, thought_open: bool = False):
+        self.correct_reward, self.wrong_reward, self.thought_open = correct_reward, wrong_reward, thought_open
+
+    def __call__(self, completions: list[str], problems: list[dict]):
+        if len(completions) != len(problems):
+            raise ValueError(f"{len(completions)} completions but {len(problems)} problems")
+        correct = []
+        for c, p in zip(completions, problems):
+            text = after_thought(THINK_OPEN + c if self.thought_open else c)
+            correct.append(text is not None and countdown_reward(text, p) == 1.0)
+        return [self.correct_reward if ok else self.wrong_reward for ok in correct], correct, {"reward/timeouts": 0}
+
+
+def countdown_task(n: int, split: str = "train", seed: int = 0, levels=(1, 2, 3, 4, 5)) -> list[Example]:
+    """`--train-data builtin-countdown` (and --eval-data): `n` problems of generate() as Examples (prompt: the
+    question; answer: the problem dict the reward needs; level; solution: one shortest equation)."""
+    if split not in ("train", "test"):
+        raise DataError(f"builtin-countdown task: split must be 'train' or 'test', got {split!r}")
+    try:
+        problems = generate(n, split=split, seed=seed, levels=levels)
+    except ValueError as e:
+        raise DataError(str(e)) from None
+    return [Example(prompt=p["question"], answer=p, level=p["level"], solution=f"<answer>{p['answer']}</answer>",
+                    meta={"kind": "countdown", "id": p["id"]}) for p in problems]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -389,12 +427,12 @@ def generate(n: int, split: str = "train", seed: int = 0, levels=(1, 2, 3, 4, 5)
     rng = random.Random(f"countdown-{seed}-{split}")
     out, seen, tries = [], set(), 0
     while len(out) < n:
-        tries += 1
-        if tries > 1000 * n + 10000:
-            raise ValueError(f"countdown: cannot draw {n} distinct {split} problems at levels {levels}; ask for fewer")
-        p = make_problem(rng, rng.choices(list(levels), weights=weights)[0], split)
-        if p is None or (tuple(sorted(p["numbers"])), p["target"]) in seen:
-            continue
+        level, p = rng.choices(list(levels), weights=weights)[0], None  # the level first, then draws until one fits it
+        while p is None or (tuple(sorted(p["numbers"])), p["target"]) in seen:
+            tries += 1
+            if tries > 1000 * n + 10000:
+                raise ValueError(f"countdown: cannot draw {n} distinct {split} problems at levels {levels}; ask for fewer")
+            p = make_problem(rng, level, split)
         seen.add((tuple(sorted(p["numbers"])), p["target"]))
         out.append(p)
     return out

@@ -5,19 +5,26 @@ from __future__ import annotations
 import os
 
 from coding.problems import load_code_dataset
-from data import Example, load_file, load_hub
+from data import DataError, Example, load_file, load_hub
 from tasks.addition import builtin_task
+from tasks.countdown import countdown_task
 from tasks.piecewise import builtin_code_task
+
+COUNTDOWN_TRAIN = 2000  # default training problems of builtin-countdown (its exact generator: ~10 ms a problem)
 
 
 def load_dataset(spec: str, split: str = "train", n: int | None = None, seed: int = 0, schema: str | None = None) -> list[Example]:
-    """'builtin-math' / 'builtin-code' -> a built-in task ('builtin': the one of `schema`, math unless 'code'); a path ->
-    load_file; anything else -> a hub dataset name.
+    """'builtin-math' / 'builtin-code' / 'builtin-countdown' -> a built-in task ('builtin': the one of `schema`, math
+    unless 'code' or 'countdown'); a path -> load_file; anything else -> a hub dataset name.
 
     schema='code' reads code problems (load_code_dataset); otherwise the math schemas are detected per row.
     """
     if spec == "builtin-code" or (spec == "builtin" and schema == "code"):
         return builtin_code_task(n or (20000 if split == "train" else 200), split=split, seed=seed)
+    if spec == "builtin-countdown" or (spec == "builtin" and schema == "countdown"):
+        return countdown_task(n or (COUNTDOWN_TRAIN if split == "train" else 200), split=split, seed=seed)
+    if schema == "countdown":
+        raise DataError(f"{spec}: --reward countdown reads the built-in task only (builtin-countdown)")
     if schema == "code":
         data = load_code_dataset(spec)
         return data[:n] if n else data

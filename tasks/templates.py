@@ -44,7 +44,8 @@ def build_prompt(tokenizer, question: str, kind: str = "math", template: str = "
                  template_kwargs: dict | None = None) -> str:
     """The prompt text for `question` (TEMPLATES; the module docstring).
 
-    kind: 'math' (the \\boxed{} instruction), 'code', or 'math-dapo' (DAPO's template, the question inside it).
+    kind: 'math' (the \\boxed{} instruction), 'code', 'math-dapo' (DAPO's template, the question inside it) or
+    'countdown' (no instruction: the question asks for the equation in <answer> tags, as 'r1-zero' does).
     template 'auto' with kind 'math-dapo' is 'dapo'; a code question keeps its instruction under any template but
     'qwen-math' and 'r1-zero' (math templates: refused by check_template). template_kwargs: extra variables for the
     chat template (`--chat-template-kwargs`, e.g. Qwen3's {"enable_thinking": false}), passed to
@@ -59,7 +60,7 @@ def build_prompt(tokenizer, question: str, kind: str = "math", template: str = "
         elif template == "dapo":
             content = DAPO_TEMPLATE.replace("{question}", question)
         else:
-            content = f"{question}\n{CODE_INSTRUCTION if kind == 'code' else INSTRUCTION}"
+            content = question if kind == "countdown" else f"{question}\n{CODE_INSTRUCTION if kind == 'code' else INSTRUCTION}"
         msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
         return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **(template_kwargs or {}))
     if template == "dapo":
@@ -68,6 +69,8 @@ def build_prompt(tokenizer, question: str, kind: str = "math", template: str = "
         text = R1_ZERO_TEMPLATE.replace("{question}", question)
     else:
         text = PLAIN_TEMPLATE.replace("{question}", question).replace(INSTRUCTION, CODE_INSTRUCTION if kind == "code" else INSTRUCTION)
+        if kind == "countdown":  # the question states its own answer format (<answer> tags)
+            text = text.replace(INSTRUCTION + "\n", "")
     return _bos(tokenizer) + (f"{system}\n\n" if system else "") + text
 
 
@@ -116,6 +119,9 @@ def check_template(tokenizer, template: str, kind: str, flag: str = "--template"
         raise SystemExit(f"error: {flag} {template!r}: not one of {', '.join(TEMPLATES)}")
     if template in ("chat", "qwen-math") and not getattr(tokenizer, "chat_template", None):
         raise SystemExit(f"error: {flag} {template}: the tokenizer has no chat template (use --template plain or auto)")
+    if template == "qwen-math" and kind == "countdown":
+        raise SystemExit(f"error: {flag} qwen-math: its system prompt asks for a \\boxed{{}} answer, and Countdown's is in "
+                         "<answer> tags (use auto, chat, plain or r1-zero)")
     if template in ("qwen-math", "r1-zero", "dapo") and kind == "code":
         raise SystemExit(f"error: {flag} {template}: a math template, and this task is code (use auto, chat or plain)")
     if template == "dapo" and kind != "math-dapo":

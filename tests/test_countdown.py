@@ -2,12 +2,16 @@
 
 Run:  python -m pytest -q tests/test_countdown.py
 """
+import os
 import random
 import time
 
 import pytest
 
+from data import DataError
 from tasks import countdown as cd
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 P = {"numbers": [25, 3, 7, 50], "target": 181}  # no solution at all (cd.solve: None)
 
@@ -209,3 +213,58 @@ def test_solver_matches_brute_force():
             tree = cd.shortest(numbers, t)
             assert (None if tree is None else cd._size(tree) - 1) == best.get(t), (numbers, t)
             assert tree is None or cd.evaluate(cd.to_text(tree, numbers), numbers) == t
+
+
+# ---- the task in train.py and evaluate.py: --reward countdown, --train-data / --eval-data builtin-countdown ----------
+def test_generate_draws_every_level_alike():
+    """The level is drawn first and kept until a problem of it is found: harder levels, whose draws fail more often,
+    are not under-represented (uniform weights: each of 5 levels near 1/5 of 500)."""
+    from collections import Counter
+
+    counts = Counter(p["level"] for p in cd.generate(500, seed=4))
+    assert set(counts) == {1, 2, 3, 4, 5} and all(70 <= c <= 130 for c in counts.values()), counts
+
+
+def test_builtin_countdown_loads_as_examples():
+    from tasks.load import load_dataset
+
+    train = load_dataset("builtin-countdown", "train", n=30, seed=1)
+    test = load_dataset("builtin", "test", n=30, seed=1, schema="countdown")  # 'builtin' of the countdown reward
+    assert len(train) == len(test) == 30
+    assert all(e.prompt == e.answer["question"] and e.level == e.answer["level"] for e in train + test)
+    assert all(cd.countdown_reward(e.solution, e.answer) == 1.0 for e in train + test)  # the stored shortest equation
+    assert not {tuple(sorted(e.answer["numbers"])) for e in train} & {tuple(sorted(e.answer["numbers"])) for e in test}
+    with pytest.raises(DataError, match="built-in task only"):
+        load_dataset("some/hub-dataset", "train", schema="countdown")
+
+
+def test_countdown_reward_interface_and_thoughts():
+    p = {"numbers": [3, 7, 25], "target": 46}
+    r = cd.CountdownReward(1.0, -1.0)
+    rewards, correct, metrics = r(["try 25 + 7 = 32, no. <answer>25 + 7 * 3</answer>", "<answer>25 + 7</answer>",
+                                   "<think>25 + 7 * 3</think> no answer", "<think><answer>25 + 7 * 3</answer>"],
+                                  [p] * 4)
+    assert rewards == [1.0, -1.0, -1.0, -1.0] and correct == [True, False, False, False] and metrics["reward/timeouts"] == 0
+    opened = cd.CountdownReward(thought_open=True)  # the prompt opened the thought: the answer comes after </think>
+    assert opened(["search ... </think> <answer>25 + 7 * 3</answer>", "<answer>25 + 7 * 3</answer>"], [p] * 2)[1] == [True, False]
+    with pytest.raises(ValueError):
+        r(["x"], [p, p])
+
+
+def test_countdown_prompts_and_flags():
+    import config
+    from tasks.templates import build_prompt, check_template
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(os.path.join(ROOT, "models", "tiny-qwen2"))
+    q = cd.question([3, 7, 25], 46)
+    prompt = build_prompt(tok, q, "countdown", "plain")
+    assert "\\boxed" not in prompt and q in prompt and prompt.endswith("\nAnswer: ")
+    assert "\\boxed" in build_prompt(tok, q, "math", "plain")  # the math prompt unchanged
+    with pytest.raises(SystemExit, match="qwen-math"):
+        check_template(tok, "qwen-math", "countdown")
+    cfg = config.parse_config(["--reward", "countdown"])
+    assert cfg.reward == "countdown" and cfg.train_data == "builtin"
+    for argv in (["--reward", "countdown", "--train-data", "builtin-math"], ["--eval-data", "builtin-countdown"]):
+        with pytest.raises(SystemExit, match="does not go with --reward"):
+            config.parse_config(argv)

@@ -87,7 +87,7 @@ def load_inputs(cfg: Config):
     for st in stages:
         key = (st.data, st.reward, st.eval, st.eval_problems)
         if key not in keys:
-            schema = "code" if st.kind == "code" else None
+            schema = st.kind if st.kind in ("code", "countdown") else None
             builtin = st.eval.startswith("builtin")
             keys.append(key)
             sets.append((load_dataset(st.data, split="train", n=cfg.train_problems or None, seed=cfg.seed, schema=schema),
@@ -100,6 +100,10 @@ def load_inputs(cfg: Config):
 
 
 def make_reward(cfg: Config, reward: str, thought_open: bool = False):
+    if reward == "countdown":
+        from tasks.countdown import CountdownReward
+
+        return CountdownReward(cfg.correct_reward, cfg.wrong_reward, thought_open=thought_open)
     if reward.startswith("math"):
         from reward import MathReward
 
@@ -115,7 +119,7 @@ def make_tasks(cfg: Config, stages: list, sets: list, tok=None) -> list:
     """One Task per distinct (data, reward) of the stages, each with its own prompt sampler and reward (told whether
     the prompts leave a thought open: tasks.templates.opens_thought)."""
     mine = [[st for st in stages if st.task == t] for t in range(len(sets))]
-    names = ["code" if m[0].kind == "code" else "math" for m in mine]
+    names = [m[0].kind if m[0].kind in ("code", "countdown") else "math" for m in mine]
     tasks = []
     for t, (train_set, eval_set) in enumerate(sets):
         name = names[t] + (str(t + 1) if names.count(names[t]) > 1 else "")

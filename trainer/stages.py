@@ -21,8 +21,13 @@ class Stage:
     task: int = 0  # index of its Task (load_inputs: stages with the same data, reward and evaluation share one)
 
     @property
-    def kind(self) -> str:  # the prompt template: "math", "math-dapo" (DAPO's Answer: line) or "code"
-        return "code" if self.reward.startswith("code") else "math-dapo" if self.reward == "math-dapo" else "math"
+    def kind(self) -> str:  # the prompt template: "math", "math-dapo" (DAPO's Answer: line), "code" or "countdown"
+        return kind_of(self.reward)
+
+
+def kind_of(reward: str) -> str:
+    """The task kind of a --reward: "code", "countdown", "math-dapo" or "math"."""
+    return ("code" if reward.startswith("code") else reward if reward in ("countdown", "math-dapo") else "math")
 
 
 def filter_metric_for(cfg, reward: str) -> str:
@@ -33,9 +38,10 @@ def filter_metric_for(cfg, reward: str) -> str:
 
 
 def wrong_builtin(reward: str, specs: dict) -> str | None:
-    """The first of `specs` (name -> data spec) naming the built-in task of the other kind than `reward`'s, or None."""
-    other = "builtin-math" if reward.startswith("code") else "builtin-code"
-    return next((name for name, spec in specs.items() if spec == other), None)
+    """The first of `specs` (name -> data spec) naming a built-in task of another kind than `reward`'s, or None."""
+    mine = {"code": "builtin-code", "countdown": "builtin-countdown"}.get(kind_of(reward), "builtin-math")
+    others = {"builtin-math", "builtin-code", "builtin-countdown"} - {mine}
+    return next((name for name, spec in specs.items() if spec in others), None)
 
 
 def parse_stages(cfg) -> list[Stage]:
