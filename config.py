@@ -194,7 +194,8 @@ def tracker_installed(name: str):
 @dataclass
 class Config:
     # --- model and data ---
-    model: str = flag(DATA, "", "model path or hub name; empty = the shipped tiny Qwen2 (models/tiny-qwen2)")
+    model: str = flag(DATA, "", "model path or hub name; empty = the shipped tiny Qwen2 (models/tiny-qwen2; with a "
+                                "code reward -code, with --reward countdown the Countdown model)")
     train_data: str = flag(DATA, "builtin", "'builtin' (the built-in task of the reward's kind: math, code with a code "
                                             "reward, Countdown with --reward countdown), 'builtin-math', "
                                             "'builtin-code', 'builtin-countdown', or a .jsonl/.json/.parquet file or "

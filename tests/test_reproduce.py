@@ -72,10 +72,11 @@ def test_offpolicy_losses_check_by_hand():
     """offpolicy-losses' declared check on hand-made runs: CISPO and GSPO ahead of DAPO in every seed by more than the
     spread, GSPO clipping more tokens -> reproduces; GSPO behind -> partly. Its table reads every variant's metrics."""
     exps = reproduce.PAPERS["offpolicy-losses"]()
-    assert [e.base.count("--rollout-lag") for e in exps] == [0, 1] and all(len(e.variants) == 3 for e in exps)
+    assert [e.base.count("--rollout-lag") for e in exps] == [0, 1] and all(len(e.variants) == 4 for e in exps)
     cfg = config.parse_config(reproduce.train_argv(exps[1], next(iter(exps[1].variants)), 0, "/tmp/x", False))
     assert cfg.epochs * cfg.batch_size // cfg.mini_batch_size == 16 and cfg.rollout_lag == 1
-    dapo_, gspo_, cispo_ = exps[0].variants
+    dapo_, gspo_, cispo_, cispo_lr = exps[0].variants
+    assert exps[0].variants[cispo_lr] == exps[0].variants[cispo_] + ["--lr", "2.5e-5"]  # the cispo recipe's lr
 
     def runs(acc, clip, extra=None):
         return [run([{"policy/clip_frac_low": 0.0, "policy/clip_frac_high": clip, "policy/entropy": 0.1,
@@ -84,9 +85,10 @@ def test_offpolicy_losses_check_by_hand():
 
     e = exps[0]
     e.runs = {dapo_: runs([0.50, 0.51, 0.52], 0.01), gspo_: runs([0.60, 0.61, 0.62], 0.3, {"policy/seq_clip_frac_high": 0.2}),
-              cispo_: runs([0.70, 0.71, 0.72], 0.01, {"policy/capped_frac_high": 0.02})}
+              cispo_: runs([0.70, 0.71, 0.72], 0.01, {"policy/capped_frac_high": 0.02}),
+              cispo_lr: runs([0.30, 0.31, 0.32], 0.01, {"policy/capped_frac_high": 0.02})}
     verdict, lines = e.check(e, e.runs)
-    assert verdict == "reproduces" and len(lines) == 5
+    assert verdict == "reproduces" and len(lines) == 6  # the lr 2.5e-5 row is outside the verdict: behind, still reproduces
     vals = [fn(e.runs[gspo_][0]) for _, fn in e.table]
     assert vals[:4] + vals[5:] == pytest.approx([0.60, 0.1, 0.3, 0.2, 1.0, 5.0]) and vals[4] != vals[4]  # capped: nan
     assert e.table[5][1](e.runs[dapo_][0]) == 1.0  # one step of three above 3x the median grad norm

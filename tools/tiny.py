@@ -103,6 +103,67 @@ class TinyRecipe:
 
 CODE_RECIPE = TinyRecipe(tasks="math+code")  # the model for runs with a built-in code stage (shipped too)
 
+# The Countdown model's extra pieces: the question's fixed phrases (tasks/countdown.py: question) and the search
+# traces' (solve_trace), each one token, as a real vocabulary would have them
+COUNTDOWN_WORDS = ["\nAnswer: ", "Using the numbers [", "], create an equation that equals ",
+                   ". You can use +, -, *, / and parentheses, and each number at most once (you do not have to use them "
+                   "all). Give the final equation alone, without \"= ", "\", in <answer> </answer> tags, for example "
+                   "<answer>(1 + 2) * 3</answer>.", "Target ", " from ", "\nTry ", ". Left: ", "\nCheck ", ". No ",
+                   "\nBack to ", ". That is the target.", ". Not ", "\nSo ", "<answer>", "</answer>"]
+
+
+@dataclasses.dataclass
+class CountdownRecipe:
+    """A tiny model that searches on Countdown (tasks/countdown.py): cold-started on solve_trace's searches (try a
+    step, check what is left, back off), so that its responses vary in length with the search and its first
+    steps' choices are uncertain. The character tokenizer of TinyRecipe plus COUNTDOWN_WORDS; plain prompts."""
+    hidden: int = 128
+    layers: int = 4
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int = 512
+    positions: int = 1024  # prompt (~40 tokens) + the longest searches
+    levels: str = "1,2"  # SFT problems' levels (tasks/countdown.py LEVELS)
+    max_tries: int = 6  # solve_trace's bound on the steps tried: the longest trace (level 2: ~650 characters)
+    sft_steps: int = 600
+    sft_batch: int = 32
+    sft_problems: int = 4000  # distinct training problems the SFT searches
+    sft_lr: float = 3e-3
+    seed: int = 0
+    name = "tiny-qwen2-countdown"
+
+    def words(self) -> list[str]:
+        return WORDS[:1] + COUNTDOWN_WORDS
+
+    def level_list(self) -> tuple[int, ...]:
+        return tuple(int(x) for x in self.levels.split(","))
+
+    def key(self) -> str:
+        from tasks.countdown import LEVELS as CD_LEVELS, countdown_task, solve_trace
+
+        task = [(e.prompt, solve_trace(e.answer, random.Random(0), self.max_tries)) for e in countdown_task(8, "train", 123)]
+        blob = json.dumps([dataclasses.asdict(self), RECIPE_VERSION, SPECIALS, CHARS, self.words(),
+                           {k: dataclasses.astuple(v) for k, v in CD_LEVELS.items()}, task], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+COUNTDOWN_RECIPE = CountdownRecipe()  # the model for --reward countdown runs
+
+
+def countdown_sft(model, tokenizer, recipe: CountdownRecipe, log_every: int = 100) -> None:
+    """Cold start on Countdown: each SFT target is one search for a training problem (solve_trace, its own draw).
+    `sft_problems` distinct problems (level 1 has only a few thousand), each searched afresh every time it recurs."""
+    from tasks.countdown import countdown_task, solve_trace
+
+    rng = random.Random(recipe.seed)
+    problems = countdown_task(recipe.sft_problems, "train", recipe.seed + 1, levels=recipe.level_list())
+    pool = [dataclasses.replace(problems[i % len(problems)]) for i in range(recipe.sft_steps * recipe.sft_batch)]
+    rng.shuffle(pool)
+    for ex in pool:
+        ex.solution = solve_trace(ex.answer, rng, recipe.max_tries)
+    fit(model, recipe, lambda step: sft_batch(tokenizer, pool[step * recipe.sft_batch : (step + 1) * recipe.sft_batch]),
+        log_every)
+
 
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> printable-character map used by byte-level BPE (Qwen2's tokenizer included)."""
@@ -116,7 +177,7 @@ def bytes_to_unicode() -> dict[int, str]:
     return dict(zip(bs, map(chr, cs)))
 
 
-def build_tokenizer(words: list[str] = WORDS):
+def build_tokenizer(words: list[str] = WORDS, max_length: int = 512):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -128,7 +189,7 @@ def build_tokenizer(words: list[str] = WORDS):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     hf = PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<|pad|>", eos_token="<|endoftext|>", padding_side="left", model_max_length=512
+        tokenizer_object=tok, pad_token="<|pad|>", eos_token="<|endoftext|>", padding_side="left", model_max_length=max_length
     )
     # A real BPE vocabulary compresses the fixed template to a few tokens; with characters alone it would be
     # ~90 of a ~130-token sequence and triple the cost of every step. These pieces are ordinary (non-special)
@@ -147,7 +208,7 @@ def build_model(recipe: TinyRecipe, tokenizer):
         num_attention_heads=recipe.heads,
         num_key_value_heads=recipe.kv_heads,
         intermediate_size=recipe.intermediate,
-        max_position_embeddings=512,
+        max_position_embeddings=getattr(recipe, "positions", 512),
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -161,7 +222,7 @@ def sft_batch(tokenizer, examples: list[data.Example]):
     """Left-padded (prompt + worked solution + EOS) with labels -100 everywhere but the response."""
     ids, labels = [], []
     for ex in examples:
-        kind = "code" if ex.meta.get("kind") == "code" else "math"
+        kind = ex.meta.get("kind") if ex.meta.get("kind") in ("code", "countdown") else "math"
         p = tokenizer(build_prompt(tokenizer, ex.prompt, kind), add_special_tokens=False)["input_ids"]
         r = tokenizer(ex.solution, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         ids.append(p + r)
@@ -177,6 +238,8 @@ def sft(model, tokenizer, recipe, log_every: int = 100) -> None:
     """Cold-start SFT: AdamW, linear warm-up then cosine decay, completion-only cross-entropy."""
     if isinstance(recipe, ChatRecipe):
         return chat_sft(model, tokenizer, recipe, log_every)
+    if isinstance(recipe, CountdownRecipe):
+        return countdown_sft(model, tokenizer, recipe, log_every)
     rng = random.Random(recipe.seed)
     n = recipe.sft_steps * recipe.sft_batch
     if "code" not in recipe.tasks:
@@ -389,15 +452,15 @@ SHIPPED_CODE_DIR = SHIPPED_DIR + "-code"  # CODE_RECIPE's model
 
 
 def shipped_dir(recipe) -> str:
-    if isinstance(recipe, ChatRecipe):
+    if isinstance(recipe, (ChatRecipe, CountdownRecipe)):
         return os.path.join(os.path.dirname(SHIPPED_DIR), recipe.name)
     return SHIPPED_CODE_DIR if "code" in recipe.tasks else SHIPPED_DIR
 
 
 def builtin_paths() -> list[str]:
     """Where `train.py --model ''` may resolve to (shipped or cached, math and math + code), without building."""
-    return [d for r in (TinyRecipe(), CODE_RECIPE)
-            for d in (shipped_dir(r), os.path.join(default_dir(), f"tiny-qwen2-{r.key()}"))]
+    return [d for r in (TinyRecipe(), CODE_RECIPE, COUNTDOWN_RECIPE)
+            for d in (shipped_dir(r), os.path.join(default_dir(), f"{getattr(r, 'name', 'tiny-qwen2')}-{r.key()}"))]
 
 
 def shipped_key(path: str = SHIPPED_DIR) -> str | None:
@@ -409,7 +472,7 @@ def shipped_key(path: str = SHIPPED_DIR) -> str | None:
         return None
 
 
-def get_tiny_model(recipe: TinyRecipe | ChatRecipe | None = None, cache_dir: str | None = None, verbose: bool = True,
+def get_tiny_model(recipe: TinyRecipe | ChatRecipe | CountdownRecipe | None = None, cache_dir: str | None = None, verbose: bool = True,
                    use_shipped: bool = True) -> str:
     """Path of a saved tiny model for `recipe`: the shipped one when it was built from this recipe, else the cached
     one, else built now (tokenizer, model, SFT) and cached."""
@@ -417,12 +480,13 @@ def get_tiny_model(recipe: TinyRecipe | ChatRecipe | None = None, cache_dir: str
     if use_shipped and shipped_key(shipped_dir(recipe)) == recipe.key():
         return shipped_dir(recipe)
     chat = isinstance(recipe, ChatRecipe)
-    path = os.path.join(cache_dir or default_dir(), f"{recipe.name if chat else 'tiny-qwen2'}-{recipe.key()}")
+    named = chat or isinstance(recipe, CountdownRecipe)
+    path = os.path.join(cache_dir or default_dir(), f"{recipe.name if named else 'tiny-qwen2'}-{recipe.key()}")
     if os.path.exists(os.path.join(path, "recipe.json")):
         return path
     if verbose:
         print(f"[tiny] building the tiny model (one time, cached at {path})", flush=True)
-    tok = build_chat_tokenizer(recipe) if chat else build_tokenizer(recipe.words())
+    tok = build_chat_tokenizer(recipe) if chat else build_tokenizer(recipe.words(), getattr(recipe, "positions", 512))
     model = build_chat_model(recipe, tok) if chat else build_model(recipe, tok)
     sft(model, tok, recipe, log_every=100 if verbose else 0)
     tmp = path + f".tmp{os.getpid()}"
@@ -443,19 +507,32 @@ def main(argv=None):
     from config import above, at_least, number, within
 
     ap = ArgParser(prog="-m tools.tiny", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    fields = {f.name: f for f in dataclasses.fields(TinyRecipe) + dataclasses.fields(ChatRecipe)}
+    fields = {f.name: f for f in dataclasses.fields(TinyRecipe) + dataclasses.fields(ChatRecipe) +
+              dataclasses.fields(CountdownRecipe)}
     for f in fields.values():  # unset: the recipe's default (TinyRecipe's, or ChatRecipe's with --chat)
         typ = type(f.default)  # sizes and steps >= 1, the seed >= 0, the lr > 0, fractions in [0, 1]
+        if typ is str and f.name == "levels":
+            ap.add_argument("--levels", default=None, help="--countdown: the SFT problems' levels, e.g. 1,2")
+            continue
         check = {int: at_least(0) if f.name == "seed" else at_least(1),
                  float: within(0, 1) if f.name.endswith("_frac") else above(0)}.get(typ)
         ap.add_argument("--" + f.name.replace("_", "-"), type=number(typ, check) if check else typ, default=None)
     ap.add_argument("--chat", action="store_true", help="the chat-shaped model (ChatRecipe; --style chat or think)")
+    ap.add_argument("--countdown", action="store_true", help="the Countdown model (CountdownRecipe) -> "
+                                                            "models/tiny-qwen2-countdown with --ship")
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--ship", action="store_true", help=f"rebuild from scratch and write the result to {SHIPPED_DIR} "
                                                        f"(--tasks math+code: {SHIPPED_CODE_DIR}; --chat: models/tiny-qwen2-STYLE)")
     a = vars(ap.parse_args(argv))
-    cache, ship, chat = a.pop("cache_dir"), a.pop("ship"), a.pop("chat")
-    kind = ChatRecipe if chat else TinyRecipe
+    cache, ship, chat, countdown = a.pop("cache_dir"), a.pop("ship"), a.pop("chat"), a.pop("countdown")
+    if chat and countdown:
+        raise SystemExit("error: --chat and --countdown: one model at a time")
+    kind = ChatRecipe if chat else CountdownRecipe if countdown else TinyRecipe
+    if a.get("levels") is not None:
+        from tasks.countdown import LEVELS as CD_LEVELS
+
+        if not all(x.strip().isdigit() and int(x) in CD_LEVELS for x in a["levels"].split(",")):
+            raise SystemExit(f"error: --levels {a['levels']}: comma-separated levels of {sorted(CD_LEVELS)}")
     given = {k: v for k, v in a.items() if v is not None}
     if set(given) - {f.name for f in dataclasses.fields(kind)}:
         raise SystemExit(f"error: {', '.join('--' + k.replace('_', '-') for k in sorted(set(given) - {f.name for f in dataclasses.fields(kind)}))}: "

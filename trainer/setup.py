@@ -177,8 +177,10 @@ def setup(cfg: Config) -> Run:
     if cfg.lora_rank and precision(cfg) == "bf16-mixed":  # LoRA: the frozen base in bf16, no fp32 master copy
         dtype = torch.bfloat16
     with accelerator.main_process_first():  # N processes: the tiny model is built once, by the main process
-        # a built-in code stage needs the tiny model whose cold start covered code too (models/tiny-qwen2-code)
-        recipe = tiny.CODE_RECIPE if any(st.kind == "code" for st in stages) else tiny.TinyRecipe()
+        # a built-in code stage needs the tiny model whose cold start covered code too (models/tiny-qwen2-code), a
+        # Countdown stage the one cold-started on Countdown's searches (tools/tiny.py CountdownRecipe)
+        recipe = (tiny.CODE_RECIPE if any(st.kind == "code" for st in stages) else
+                  tiny.COUNTDOWN_RECIPE if any(st.kind == "countdown" for st in stages) else tiny.TinyRecipe())
         model_path = cfg.model or tiny.get_tiny_model(recipe, verbose=accelerator.is_main_process)
     model, tok = (lora.load(cfg, model_path, dtype, resume_from) if cfg.lora_rank else  # base + adapter (resumed)
                   load_model(resume_from or model_path, dtype, flag="--resume" if resume_from else "--model"))
