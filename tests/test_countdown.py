@@ -268,3 +268,17 @@ def test_countdown_prompts_and_flags():
     for argv in (["--reward", "countdown", "--train-data", "builtin-math"], ["--eval-data", "builtin-countdown"]):
         with pytest.raises(SystemExit, match="does not go with --reward"):
             config.parse_config(argv)
+
+
+def test_countdown_run_without_a_model_says_so_and_writes_nothing(tmp_path):
+    """No Countdown model is shipped yet: `--reward countdown` without --model ends in one error line naming the
+    build command (not a silent 27-minute build), before the run directory exists."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TINY_CACHE": str(tmp_path / "cache")}
+    r = subprocess.run([sys.executable, "train.py", "--reward", "countdown", "--output-dir", str(tmp_path / "run")],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: --reward countdown"), r.stderr[-2000:]
+    assert "python -m tools.tiny --countdown" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()

@@ -458,9 +458,9 @@ def shipped_dir(recipe) -> str:
 
 
 def builtin_paths() -> list[str]:
-    """Where `train.py --model ''` may resolve to (shipped or cached, math and math + code), without building."""
+    """Where `train.py --model ''` may resolve to (shipped or cached: math, math + code, Countdown), without building."""
     return [d for r in (TinyRecipe(), CODE_RECIPE, COUNTDOWN_RECIPE)
-            for d in (shipped_dir(r), os.path.join(default_dir(), f"{getattr(r, 'name', 'tiny-qwen2')}-{r.key()}"))]
+            for d in (shipped_dir(r), cache_path(r))]
 
 
 def shipped_key(path: str = SHIPPED_DIR) -> str | None:
@@ -472,18 +472,29 @@ def shipped_key(path: str = SHIPPED_DIR) -> str | None:
         return None
 
 
+def cache_path(recipe, cache_dir: str | None = None) -> str:
+    named = isinstance(recipe, (ChatRecipe, CountdownRecipe))
+    return os.path.join(cache_dir or default_dir(), f"{recipe.name if named else 'tiny-qwen2'}-{recipe.key()}")
+
+
+def find_tiny_model(recipe, cache_dir: str | None = None, use_shipped: bool = True) -> str | None:
+    """The shipped model of `recipe` when it was built from it, else its cached build, else None (nothing is built)."""
+    if use_shipped and shipped_key(shipped_dir(recipe)) == recipe.key():
+        return shipped_dir(recipe)
+    path = cache_path(recipe, cache_dir)
+    return path if os.path.exists(os.path.join(path, "recipe.json")) else None
+
+
 def get_tiny_model(recipe: TinyRecipe | ChatRecipe | CountdownRecipe | None = None, cache_dir: str | None = None, verbose: bool = True,
                    use_shipped: bool = True) -> str:
     """Path of a saved tiny model for `recipe`: the shipped one when it was built from this recipe, else the cached
     one, else built now (tokenizer, model, SFT) and cached."""
     recipe = recipe or TinyRecipe()
-    if use_shipped and shipped_key(shipped_dir(recipe)) == recipe.key():
-        return shipped_dir(recipe)
+    found = find_tiny_model(recipe, cache_dir, use_shipped)
+    if found:
+        return found
     chat = isinstance(recipe, ChatRecipe)
-    named = chat or isinstance(recipe, CountdownRecipe)
-    path = os.path.join(cache_dir or default_dir(), f"{recipe.name if named else 'tiny-qwen2'}-{recipe.key()}")
-    if os.path.exists(os.path.join(path, "recipe.json")):
-        return path
+    path = cache_path(recipe, cache_dir)
     if verbose:
         print(f"[tiny] building the tiny model (one time, cached at {path})", flush=True)
     tok = build_chat_tokenizer(recipe) if chat else build_tokenizer(recipe.words(), getattr(recipe, "positions", 512))
