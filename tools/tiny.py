@@ -38,6 +38,12 @@ Notable features
     the same recipe (1,200 steps of 64, half bare): 0.755 before RL, 1.000 after 40 GRPO steps (289 s), every
     answer then worked inside the thought. Its 900-step, 70%-bare build went 0.190 -> 0.278. Built and shipped like
     the others.
+  * The Countdown model (CountdownRecipe, `--countdown`; not shipped): cold-started on solve_trace's searches of
+    level 1-2 problems. Its first build (600 SFT steps of 32, 1.0M parameters, 27 minutes on 2 cores beside another
+    run) writes the search format and searches (sampled lengths 42-512 tokens, 0.37-0.41 nats per sampled token) but
+    gets the arithmetic of its steps wrong ("25 - 4 = 15"): held-out greedy accuracy 0.03 at level 1 and 0.00 at
+    levels 2 and 3 (100 problems each), sampled 0.012: too few right answers for RL to learn from, so train.py asks
+    for --model rather than building it.
 
 Run:  python -m tools.tiny            # find (shipped or cached) or build the default tiny model; prints its path
       python -m tools.tiny --ship     # rebuild the default model from scratch and write it to models/tiny-qwen2/
