@@ -190,8 +190,8 @@ def main(argv=None):
                     "(default: the run's, else 0)")
     ap.add_argument("--rollout", choices=("auto", "fast", "hf", "vllm"), help="generation engine (default: the run's, "
                     "else auto: fast on the CPU, hf on a GPU)")
-    ap.add_argument("--reward", choices=("math", "math-strict", "math-dapo", "countdown"), help="how answers are graded (default: "
-                    "the run's, else math)")
+    ap.add_argument("--reward", choices=("math", "math-strict", "math-dapo", "countdown"),
+                    help="how answers are graded (default: the run's, else math)")
     ap.add_argument("--template", choices=tuple(TEMPLATES), help="prompt template (train.py --template; default: "
                     "the run's, else auto)")
     ap.add_argument("--system-prompt", help="system prompt for the chat templates (default: the run's, else none)")

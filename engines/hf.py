@@ -66,8 +66,8 @@ class FastEngine(HFEngine):
         --rollout-lag's producer takes them as pi_behav instead of a second forward pass over the batch.
       * No per-token logits processors, stopping criteria or output bookkeeping beyond the above.
       * `check_every` (k, default 1): the decode steps between two reads of the batch back to the host. At k = 1
-        every step checks which rows ended and drops them (no step is spent on an ended row). At k > 1 the rows that end (a stop token) are marked on the device, their later samples are not
-        written, and the host checks (stop strings, the progress callback, dropping rows, stopping when all ended)
+        every step checks which rows ended and drops them (no step is spent on an ended row). At k > 1 the rows that
+        end (a stop token) are marked on the device, their later samples are not written, and the host checks (stop strings, the progress callback, dropping rows, stopping when all ended)
         every k steps only; the decode steps in between also pass their attention mask ready-made (4D, as
         transformers builds it for one query token), since transformers' own mask builder reads the padding mask
         back to the host at every call to decide whether a mask is needed. On a GPU a read-back waits for every queued

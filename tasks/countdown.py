@@ -66,6 +66,7 @@ from verifier.extract import THINK_OPEN, after_thought
 MAX_ANSWER_CHARS = 200  # longer answer contents score 0 unread
 MAX_DEPTH = 12  # parentheses nested deeper score 0
 HELDOUT_PERCENT = 20
+MAX_DRAWS = 20000  # draws for one problem before generate gives up (measured: ~5 at level 1, ~31 at level 5)
 
 
 @dataclass(frozen=True)
@@ -425,12 +426,12 @@ def generate(n: int, split: str = "train", seed: int = 0, levels=(1, 2, 3, 4, 5)
     if split not in ("train", "test"):
         raise ValueError(f"countdown: split must be 'train' or 'test', got {split!r}")
     rng = random.Random(f"countdown-{seed}-{split}")
-    out, seen, tries = [], set(), 0
+    out, seen = [], set()
     while len(out) < n:
-        level, p = rng.choices(list(levels), weights=weights)[0], None  # the level first, then draws until one fits it
-        while p is None or (tuple(sorted(p["numbers"])), p["target"]) in seen:
+        level, p, tries = rng.choices(list(levels), weights=weights)[0], None, 0  # the level first, then draws
+        while p is None or (tuple(sorted(p["numbers"])), p["target"]) in seen:  # until a new problem of it comes
             tries += 1
-            if tries > 1000 * n + 10000:
+            if tries > MAX_DRAWS:  # the level's distinct problems are (nearly) used up
                 raise ValueError(f"countdown: cannot draw {n} distinct {split} problems at levels {levels}; ask for fewer")
             p = make_problem(rng, level, split)
         seen.add((tuple(sorted(p["numbers"])), p["target"]))

@@ -68,8 +68,10 @@ def build_prompt(tokenizer, question: str, kind: str = "math", template: str = "
     elif template == "r1-zero":
         text = R1_ZERO_TEMPLATE.replace("{question}", question)
     else:
-        text = PLAIN_TEMPLATE.replace("{question}", question).replace(INSTRUCTION, CODE_INSTRUCTION if kind == "code" else INSTRUCTION)
-        if kind == "countdown":  # the question states its own answer format (<answer> tags)
+        text = PLAIN_TEMPLATE.replace("{question}", question)
+        if kind == "code":
+            text = text.replace(INSTRUCTION, CODE_INSTRUCTION)
+        elif kind == "countdown":  # the question states its own answer format (<answer> tags)
             text = text.replace(INSTRUCTION + "\n", "")
     return _bos(tokenizer) + (f"{system}\n\n" if system else "") + text
 

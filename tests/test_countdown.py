@@ -282,3 +282,15 @@ def test_countdown_run_without_a_model_says_so_and_writes_nothing(tmp_path):
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: --reward countdown"), r.stderr[-2000:]
     assert "python -m tools.tiny --countdown" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
+
+
+def test_generate_gives_up_when_a_level_is_used_up(monkeypatch):
+    """A level whose distinct problems are used up ends in one ValueError after MAX_DRAWS draws for one problem,
+    not in hours of redrawing duplicates."""
+    rng, same = random.Random(0), None
+    while same is None:
+        same = cd.make_problem(rng, 1)
+    monkeypatch.setattr(cd, "make_problem", lambda rng, level, split=None: dict(same))
+    monkeypatch.setattr(cd, "MAX_DRAWS", 50)
+    with pytest.raises(ValueError, match="ask for fewer"):
+        cd.generate(2, levels=(1,))
