@@ -37,7 +37,9 @@ def auto_engine(device_type: str) -> str:
     H100 (bench/results/gpu_engines_h100.md): HF generate 1,615-1,731 tokens/s at Qwen2.5-0.5B shapes against the fast
     engine's 1,297-1,340 (a host check per token) and 524-725 (every 16 tokens), 1,328 against 410 at 1.5B, and
     train.py on the tiny model 0.7-1.4 s/step with 'hf' against 2.3-4.2 with 'fast'. On a GPU both are launch-bound
-    (a decode step's kernels take less time than the host needs to launch them), and generate launches fewer."""
+    (a decode step's kernels take less time than the host needs to launch them), and generate launches fewer. A second
+    H100 session (bench/results/gpu_gen_static_h100.md) measured the reverse order at 0.5B (821 against 2,543): the
+    choice rests on the train.py steps; transformers' static cache (9,225 tokens/s there) is faster than both."""
     return "hf" if device_type == "cuda" else "fast"
 
 

@@ -35,6 +35,12 @@ CANDIDATES = {  # name: (CountdownRecipe fields, LEVELS number ranges)
     "small-deep8-1200": ({"sft_steps": 1200, "layers": 8}, SMALL),
     "small-wide192x6-1200": ({"sft_steps": 1200, "hidden": 192, "layers": 6, "heads": 6, "intermediate": 768}, SMALL),
     "small-levels123-2400": ({"sft_steps": 2400, "levels": "1,2,3"}, SMALL),
+    "small-tries3-2400": ({"sft_steps": 2400, "max_tries": 3}, SMALL),
+    "small-tries3-lr6e-3-1200": ({"sft_steps": 1200, "max_tries": 3, "sft_lr": 6e-3}, SMALL),
+    "small-tries3-b64-1200": ({"sft_steps": 1200, "max_tries": 3, "sft_batch": 64}, SMALL),
+    "small-tries3-levels123-b64-1200": ({"sft_steps": 1200, "max_tries": 3, "sft_batch": 64, "levels": "1,2,3"}, SMALL),
+    "small-tries3-wide192x6-1200": ({"sft_steps": 1200, "max_tries": 3, "hidden": 192, "layers": 6, "heads": 6,
+                                     "intermediate": 768}, SMALL),
 }
 DRY = {"dry-a": ({"sft_steps": 3, "hidden": 32, "layers": 1, "intermediate": 64, "sft_problems": 50}, {}),
        "dry-b": ({"sft_steps": 3, "hidden": 32, "layers": 1, "intermediate": 64, "sft_problems": 50}, SMALL)}
@@ -66,7 +72,7 @@ def child(name: str, fields: dict, ranges: dict, device: str, n_eval: int, max_n
     tiny.countdown_sft(model, tok, recipe, log_every=0)
     sft_s = time.time() - t0
     params = sum(p.numel() for p in model.parameters())
-    eng = rollout.make_engine("hf" if device != "cpu" else "fast", model, tok, max_batch=256)
+    eng = rollout.make_engine("fast", model, tok, max_batch=256)  # it returns the sampled tokens' log-probs
     rew = cd.CountdownReward()
     out = {"name": name, "fields": fields, "ranges": ranges, "params": params, "sft_s": round(sft_s, 1), "levels": {}}
     for lv in (1, 2, 3):

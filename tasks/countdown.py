@@ -77,10 +77,16 @@ class Level:
     targets: tuple[int, int]  # range of the target
 
 
+# Levels 1-3 draw small numbers, for the laptop-sized cold start (tools/tiny.py CountdownRecipe). Measured with
+# bench/countdown_coldstart.py on an H100 (bench/results/countdown_coldstart_h100.jsonl), the same 1M-parameter model
+# after 2,400 SFT steps of 32: greedy 0.39 / 0.14 at levels 1 / 2 with numbers 1-20 / 1-30, 0.35 / 0.10 with 1-10 /
+# 1-15 (equal within 100 problems a level), but the small numbers' searches are shorter (median 376 against 483 tokens
+# at level 2; 18 % against 43 % of samples past 640 tokens): each SFT and RL step costs less, and the longest searches
+# fit the length limit. Level 1 at 1-10 has 1,000-2,000 distinct training problems.
 LEVELS = {
-    1: Level(3, 2, (1, 20), (10, 100)),  # all three numbers, two steps
-    2: Level(4, 2, (1, 30), (10, 100)),  # two steps, one distractor
-    3: Level(4, 3, (1, 50), (10, 200)),  # all four numbers
+    1: Level(3, 2, (1, 10), (10, 100)),  # all three numbers, two steps
+    2: Level(4, 2, (1, 15), (10, 100)),  # two steps, one distractor
+    3: Level(4, 3, (1, 20), (10, 200)),  # all four numbers
     4: Level(5, 3, (1, 50), (10, 500)),  # three steps, one distractor
     5: Level(5, 4, (1, 100), (100, 999)),  # all five numbers
 }
@@ -469,8 +475,9 @@ def solve_trace(problem: dict, rng: random.Random, max_tries: int = 40) -> str:
     two numbers left are checked at once ("Check 12, 234: 222, 246, 2808. No 242."), and abandoned ("Back to ..."),
     then takes the solution's step. A side branch that happens to reach the target ends the search there (a right
     answer too). After `max_tries` steps no more side branches are tried, which bounds the length. Lengths so vary
-    with the luck of the draw and the problem's depth, as a model's searches do (chars over 200 problems a level,
-    seed 11: level 1 132-555, median 240; level 5 248-2599, median 991)."""
+    with the luck of the draw and the problem's depth, as a model's searches do (characters, generate(200, "train",
+    seed=11, levels=(L,)) searched with random.Random(11): level 1 132-540, median 213; level 5 254-2648, median 974;
+    with max_tries 3, the cold start's: level 1 132-483, median 208; level 3 187-637, median 359)."""
     numbers, target = problem["numbers"], problem["target"]
     plan = shortest(numbers, target)
     if plan is None:

@@ -11,6 +11,8 @@ from tasks.countdown import countdown_task
 from tasks.piecewise import builtin_code_task
 
 COUNTDOWN_TRAIN = 2000  # default training problems of builtin-countdown (its exact generator: ~10 ms a problem)
+COUNTDOWN_LEVELS = (1, 2, 3)  # builtin-countdown's levels: the ones the laptop model learns (tasks.countdown.LEVELS
+# has 4 and 5, with five numbers, for larger models: tasks.countdown.countdown_task(n, levels=(4, 5)))
 
 
 def load_dataset(spec: str, split: str = "train", n: int | None = None, seed: int = 0, schema: str | None = None) -> list[Example]:
@@ -22,7 +24,8 @@ def load_dataset(spec: str, split: str = "train", n: int | None = None, seed: in
     if spec == "builtin-code" or (spec == "builtin" and schema == "code"):
         return builtin_code_task(n or (20000 if split == "train" else 200), split=split, seed=seed)
     if spec == "builtin-countdown" or (spec == "builtin" and schema == "countdown"):
-        return countdown_task(n or (COUNTDOWN_TRAIN if split == "train" else 200), split=split, seed=seed)
+        return countdown_task(n or (COUNTDOWN_TRAIN if split == "train" else 200), split=split, seed=seed,
+                              levels=COUNTDOWN_LEVELS)
     if schema == "countdown":
         raise DataError(f"{spec}: --reward countdown reads the built-in task only (builtin-countdown)")
     if schema == "code":

@@ -39,17 +39,19 @@ PINS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pinned_run
 # change to the update would move (measured: two CPU code paths of this machine, ATEN_CPU_CAPABILITY default vs
 # avx512, gave the same samples, weights within 1.2e-5 and losses within 1e-6 relative).
 PINS = {  # numerics fingerprint: {name: (sha256 of the final weights, sha256 of the metrics without timings)}
-    "2cc6ad2d38178817": {  # recorded 2026-11-24 on an AVX-512 Xeon (torch 2.13.0+cpu, MKL 2024.2, oneDNN 3.12)
+    "2cc6ad2d38178817": {  # recorded 2026-11-24 on an AVX-512 Xeon (torch 2.13.0+cpu, MKL 2024.2, oneDNN 3.12); the
+        # metrics' digests re-recorded 2026-11-26 for two added columns (rollout/frac_all_correct, frac_all_wrong):
+        # every earlier value and weight digest unchanged
         "grpo-offpolicy-kl": ("f42ae3d5c0126f166e58a630c9e6939c947445efb68d868e7b22b7f00ac23c1f",
-            "2bc2baaee8957b7d1e40d40c044a53cbd24ecdd7831ab83dc5d85824c09e0539"),
+            "89a8bf238baebad32767e78b45f04f9d604ffaef0068918485e48ba6e2afaa1f"),
         "c3po-budget-entropy": ("27c1ab48a33474194642ab5fe34d6be57c3077f31fb504cb9628f98e3b842962",
-            "26f4284b1dd40fa791845980aa735d85a22538de4e6740d48eef8f708944a5ae"),
+            "75fd38ef21bfad3302e22ec9d161c6a083005dddde1e6a63bca05af1d02e6792"),
         "dapo-dynamic-overlong": ("7f1e3de51a66f486e1125473e71da78ad5f7d276e05432c71c1a5f21e10dc28b",  # 2026-11-26: the
-            "e3c56c685467e88c4f192a172afae5dd3b40751cafad84d746fd5e4f10b37ec5"),  # truncated-response rule (reward.py)
+            "a46dc673c1fba6ca52596e10f8a01593f61b96bfc7f8247933f0aeee2480cd8e"),  # truncated-response rule (reward.py)
         "skywork-stages": ("4511adbbae856d40346dee5ebd32da9bb6363f62b8d06eb566c620c34138cccc",
-            "f3ef296b71d26ba8e3b55b92f4b4fe924a054e62eb0dc3c092a512b4c57546cb"),
+            "2a9c0b8da808ee94f042169c7152166482171a2af785b8ecd27e0b13fac5cfcb"),
         "mimo-easy-pool-seamless": ("a0fecaeb102c379b8da5099470523a7512b0fdccd27b6fd6bb2e4e9fad5bad6c",
-            "f7a3f0d5b3a093053bac68cb47cda8041d679d6aad9c8c394f3adbae108d4973"),
+            "e5be0f4fda1715839335edae98bb56dcafb3525cb6735df2b986bbabe875f3da"),
     },
 }
 RTOL_METRICS, RTOL_DELTA = 1e-4, 2e-3

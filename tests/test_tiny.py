@@ -77,3 +77,28 @@ def test_fresh_build_reproduces_the_shipped_weights_bit_for_bit(recipe, tmp_path
         assert torch.equal(built[k], shipped[k]), k
     for name in ("recipe.json", "tokenizer.json", "generation_config.json"):
         assert json.load(open(os.path.join(path, name))) == json.load(open(os.path.join(tiny.shipped_dir(recipe), name))), name
+
+
+def test_countdown_micro_batches_give_the_batch_gradient():
+    """countdown_sft cuts each step's searches, sorted by length, into micro-batches (less padding): the gradient is
+    the whole batch's mean token loss (float64; RoPE's float32 tables leave ~1e-9)."""
+    import random
+
+    from tasks import countdown as cd
+
+    recipe = tiny.CountdownRecipe(hidden=32, layers=1, intermediate=64, heads=2, kv_heads=1)
+    tok = tiny.build_tokenizer(recipe.words(), recipe.positions)
+    rows = cd.countdown_task(8, "train", 1, levels=(1, 2, 3))
+    rng = random.Random(0)
+    for ex in rows:
+        ex.solution = cd.solve_trace(ex.answer, rng, recipe.max_tries)
+    whole, parts = tiny.build_model(recipe, tok).double(), tiny.build_model(recipe, tok).double()
+    ids, attn, labels = tiny.sft_batch(tok, rows)
+    ref = whole(input_ids=ids, attention_mask=attn, labels=labels).loss
+    ref.backward()
+    rows = sorted(rows, key=lambda ex: len(ex.solution))
+    loss = tiny.accumulate(parts, [tiny.sft_batch(tok, rows[i : i + 3]) for i in range(0, 8, 3)])
+    assert abs(loss.item() - ref.item()) < 1e-9
+    for (name, p), q in zip(whole.named_parameters(), parts.parameters()):
+        assert torch.allclose(p.grad, q.grad, rtol=0, atol=1e-8), name
+    assert max(len(ex.solution) for ex in rows) > 2 * min(len(ex.solution) for ex in rows)  # padding differs

@@ -33,6 +33,8 @@ def test_two_step_run_writes_everything(tiny_model_path, tmp_path):
               "rollout/response_length_max", "rollout/truncated_frac", "policy/clip_frac_low", "policy/clip_frac_high",
               "policy/kl", "policy/entropy", "perf/grad_norm", "perf/tokens_per_s", "perf/step_time_s"):
         assert k in rows[0], k
+    for r in rows:  # a group with no signal is all correct or all wrong (a 1/0 reward)
+        assert r["rollout/frac_all_correct"] + r["rollout/frac_all_wrong"] == pytest.approx(r["rollout/frac_zero_std"])
     s = json.load(open(out / "summary.json"))
     assert {"accuracy_before", "accuracy_after", "wall_time_s"} <= set(s) and s["eval_problems"] == 12
     assert not any(d.endswith(".tmp") for d in os.listdir(out))  # checkpoints are renamed into place
@@ -322,3 +324,11 @@ def test_sampled_evaluation_at_the_recipes_settings(trained_model_path, tmp_path
         avg, pas = s[f"avg@3_{when}"], s[f"pass@3_{when}"]
         assert 0 <= avg <= pas <= 1 and s[when]["eval/pass@1"] == pytest.approx(avg)  # pass@1 is avg@k (unbiased)
         assert avg * 12 * 3 == pytest.approx(round(avg * 12 * 3))  # a count of correct samples out of 12 x 3
+
+
+def test_all_correct_and_all_wrong_groups_by_hand():
+    from trainer.metrics import _all_correct_wrong
+
+    correct = [1, 1, 1, 0, 0, 0, 1, 0, 1, 1, 1, 1]  # G = 3: all right, all wrong, mixed, all right
+    assert _all_correct_wrong(correct, 3) == (2, 1)
+    assert _all_correct_wrong([True, False] * 2, 2) == (0, 0)

@@ -128,12 +128,13 @@ class CountdownRecipe:
     heads: int = 4
     kv_heads: int = 2
     intermediate: int = 512
-    positions: int = 1024  # prompt (~40 tokens) + the longest searches
-    levels: str = "1,2"  # SFT problems' levels (tasks/countdown.py LEVELS)
-    max_tries: int = 6  # solve_trace's bound on the steps tried: the longest trace (level 2: ~650 characters)
-    sft_steps: int = 600
-    sft_batch: int = 32
-    sft_problems: int = 4000  # distinct training problems the SFT searches
+    positions: int = 1024  # prompt (~30 tokens) + the longest searches
+    levels: str = "1,2,3"  # SFT problems' levels (tasks/countdown.py LEVELS): builtin-countdown's
+    max_tries: int = 3  # solve_trace's bound on the steps tried (level 3: up to ~450 tokens)
+    sft_steps: int = 800
+    sft_batch: int = 64
+    sft_micro: int = 16  # each step's 64 searches as 4 micro-batches of like lengths: the same gradient, less padding
+    sft_problems: int = 3600  # distinct training problems the SFT searches (level 1 has 1,000-2,000)
     sft_lr: float = 3e-3
     seed: int = 0
     name = "tiny-qwen2-countdown"
@@ -167,8 +168,12 @@ def countdown_sft(model, tokenizer, recipe: CountdownRecipe, log_every: int = 10
     rng.shuffle(pool)
     for ex in pool:
         ex.solution = solve_trace(ex.answer, rng, recipe.max_tries)
-    fit(model, recipe, lambda step: sft_batch(tokenizer, pool[step * recipe.sft_batch : (step + 1) * recipe.sft_batch]),
-        log_every)
+    b, m = recipe.sft_batch, recipe.sft_micro
+
+    def micro_batches(step):  # the step's searches sorted by length, cut into micro-batches of m
+        rows = sorted(pool[step * b : (step + 1) * b], key=lambda ex: len(ex.solution))
+        return [sft_batch(tokenizer, rows[i : i + m]) for i in range(0, len(rows), m)]
+    fit(model, recipe, micro_batches, log_every)
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -263,6 +268,20 @@ def sft(model, tokenizer, recipe, log_every: int = 100) -> None:
         log_every)
 
 
+def accumulate(model, micro_batches) -> torch.Tensor:
+    """Backward of the mean cross-entropy over every target token of `micro_batches` ((input_ids, attention_mask,
+    labels) each), one micro-batch at a time: the gradient of the batch they make together, without its padding."""
+    total = sum(int((labels[:, 1:] != -100).sum()) for _, _, labels in micro_batches)
+    loss = torch.zeros(())
+    for input_ids, attn, labels in micro_batches:
+        logits = model(input_ids=input_ids, attention_mask=attn).logits[:, :-1]
+        part = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), labels[:, 1:].flatten(),
+                                                 ignore_index=-100, reduction="sum") / total
+        part.backward()
+        loss = loss + part.detach().cpu()
+    return loss
+
+
 def fit(model, recipe, batch_of, log_every: int = 100) -> None:
     """The SFT loop: `batch_of(step)` gives (input_ids, attention_mask, labels[, position_ids])."""
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.sft_lr, weight_decay=0.01, betas=(0.9, 0.98))
@@ -273,7 +292,16 @@ def fit(model, recipe, batch_of, log_every: int = 100) -> None:
         lr = recipe.sft_lr * min(1.0, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * step / recipe.sft_steps))
         for g in opt.param_groups:
             g["lr"] = lr
-        input_ids, attn, labels, *pos = batch_of(step)
+        batch = batch_of(step)
+        if isinstance(batch, list):  # micro-batches: the loss of their tokens together, as one batch would give
+            opt.zero_grad(set_to_none=True)
+            loss = accumulate(model, batch)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            if log_every and (step % log_every == 0 or step == recipe.sft_steps - 1):
+                print(f"[tiny] sft step {step:5d}/{recipe.sft_steps}  loss {float(loss):.4f}  ({time.time() - t0:.0f}s)", flush=True)
+            continue
+        input_ids, attn, labels, *pos = batch
         if pos:  # the LM head on the target positions only (a few thousand vocabulary rows: most of the cost)
             h = model.model(input_ids=input_ids, attention_mask=attn, position_ids=pos[0]).last_hidden_state
             target = labels[:, 1:] != -100

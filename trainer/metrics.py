@@ -65,7 +65,14 @@ class StepStats(NamedTuple):
 
 
 STAT_SUMS = ("reward", "reward_sq", "correct", "responses", "tokens", "longest", "truncated", "timeouts", "zero_std_groups",
-             "groups", "generated")  # summed over processes (the longest: the max)
+             "groups", "generated", "all_correct_groups", "all_wrong_groups")  # summed over processes (the longest: the max)
+
+
+def _all_correct_wrong(correct, G: int) -> tuple[int, int]:
+    """Groups whose G responses are all correct, and all wrong (correctness, not reward: a code-soft partial score is
+    still wrong): the two ways a group gives no signal under a 1/0 reward."""
+    c = torch.tensor([bool(x) for x in correct]).view(-1, G)
+    return int(c.all(1).sum()), int((~c).all(1).sum())
 
 
 def step_stats(accelerator, rollout) -> StepStats:
@@ -73,7 +80,8 @@ def step_stats(accelerator, rollout) -> StepStats:
     world, comps, G = accelerator.num_processes, rollout.completions, rollout.group_size
     local = [sum(rollout.rewards), sum(r * r for r in rollout.rewards), sum(rollout.correct), len(comps),
              sum(c.length for c in comps), max(c.length for c in comps), sum(c.truncated for c in comps), rollout.timeouts,
-             float((torch.tensor(rollout.rewards).view(-1, G).std(1) == 0).sum()), len(rollout.idx), rollout.generated]
+             float((torch.tensor(rollout.rewards).view(-1, G).std(1) == 0).sum()), len(rollout.idx), rollout.generated,
+             *(float(x) for x in _all_correct_wrong(rollout.correct, G))]
     every = accelerator.gather(torch.tensor(local, dtype=torch.float64).to(accelerator.device)).view(world, -1).cpu()
     s = dict(zip(STAT_SUMS, every.sum(0).tolist()))
     s["longest"] = every[:, STAT_SUMS.index("longest")].max().item()
@@ -82,7 +90,8 @@ def step_stats(accelerator, rollout) -> StepStats:
            "rollout/accuracy": s["correct"] / n, "rollout/frac_zero_std": s["zero_std_groups"] / s["groups"],
            "rollout/response_length": s["tokens"] / n, "rollout/response_length_max": s["longest"],
            "rollout/truncated_frac": s["truncated"] / n, "reward/timeouts": int(s["timeouts"]),
-           "rollout/generated": int(s["generated"])}
+           "rollout/generated": int(s["generated"]), "rollout/frac_all_correct": s["all_correct_groups"] / s["groups"],
+           "rollout/frac_all_wrong": s["all_wrong_groups"] / s["groups"]}
     # per difficulty level (when the data has levels): groups, and groups with a signal (rewards not all equal)
     signal = (torch.tensor(rollout.rewards, dtype=torch.float64).view(-1, G).std(1) > 0).tolist()
     per_level = torch.zeros(2, 5, dtype=torch.float64)
@@ -145,6 +154,20 @@ def plot_curves(rows: list[dict], evals: list[dict], path: str, title: str = "")
     for ax, (k, name) in zip(axes.flat, keys):
         ax.plot(steps, [r.get(k, float("nan")) for r in rows])
         ax.set_title(name), ax.set_xlabel("step")
+    # the panels' second lines: the longest response and the truncated share (its own axis) beside the mean length,
+    # all-correct and all-wrong groups beside the zero-std share
+    length, groups = axes.flat[1], axes.flat[3]
+    length.lines[0].set_label("mean"), groups.lines[0].set_label("all the same")
+    for k, label, ax in (("rollout/response_length_max", "longest", length), ("rollout/frac_all_correct", "all correct", groups),
+                         ("rollout/frac_all_wrong", "all wrong", groups)):
+        if any(k in r for r in rows):
+            ax.plot(steps, [r.get(k, float("nan")) for r in rows], label=label)
+    length.legend(fontsize=8, loc="upper left"), groups.legend(fontsize=8)
+    if any("rollout/truncated_frac" in r for r in rows):
+        share = length.twinx()
+        share.plot(steps, [r.get("rollout/truncated_frac", float("nan")) for r in rows], "r:", label="truncated share")
+        share.set_ylim(0, 1), share.tick_params(axis="y", colors="r"), share.legend(fontsize=8, loc="upper right")
+    length.set_title("response length (tokens)"), groups.set_title("groups without signal")
     ax = axes.flat[6]
     tasks = sorted({k.split("/")[1] for e in evals for k in e if k.count("/") == 2 and k.endswith("/accuracy")})
     for t in tasks or [None]:  # --stages: one curve per task
