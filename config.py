@@ -113,6 +113,25 @@ RECIPES = {
         lr=2.5e-5),
 }
 
+# The Countdown task's defaults (tasks/countdown.py, the model tools/tiny.py CountdownRecipe): set when the run trains
+# on builtin-countdown or gives --reward countdown (a flag given still wins). Its searches run ~60-600 tokens, so the
+# length limit is one the longest searches reach, not the median (DAPO's 20,480 over a median of a few thousand), and
+# the recipes' length-scaled values grow with it (COUNTDOWN_SCALE).
+COUNTDOWN = dict(reward="countdown", max_new_tokens=512, eval_problems=200)
+COUNTDOWN_SCALE = ("overlong_buffer", "token_budget")  # x 512 / 64 under the Countdown defaults
+
+
+def countdown_defaults(recipe: dict) -> dict:
+    """COUNTDOWN, with `recipe`'s lengths (scaled to the math task's 64 tokens) scaled to Countdown's 512, and the
+    recipe's math-then-code stages (c3po) dropped: Countdown is one task."""
+    out = dict(COUNTDOWN)
+    for k in COUNTDOWN_SCALE:
+        if recipe.get(k):
+            out[k] = recipe[k] * COUNTDOWN["max_new_tokens"] // 64
+    if recipe.get("stages"):
+        out["stages"] = ""
+    return out
+
 
 # --help groups, in this order
 DATA = "model and data"
@@ -621,6 +640,9 @@ def parse_config(argv=None, description: str = "") -> Config:
     if recipe not in RECIPES:
         raise SystemExit(f"error: --recipe: {recipe!r} is not one of {', '.join(RECIPES)}")
     ap.set_defaults(**RECIPES[recipe])  # a recipe changes defaults; flags given on the command line still win
+    first = vars(ap.parse_known_args(argv)[0])
+    if first["reward"] == "countdown" or first["train_data"] == "builtin-countdown":  # the Countdown task's defaults
+        ap.set_defaults(**countdown_defaults(RECIPES[recipe]))
     if vars(ap.parse_known_args(argv)[0])["lora_rank"]:  # LoRA: its own lr default (lora.LR_SCALE x full fine-tuning's)
         from trainer import lora
 

@@ -161,7 +161,7 @@ def test_solve_trace():
     apply = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
     num = r"(\d+(?:/\d+)?)"
     for level in (1, 3, 5):
-        problems = cd.generate(25, "train", seed=2, levels=(level,))
+        problems = cd.generate(60, "train", seed=2, levels=(level,))
         rng = random.Random(0)
         traces = [cd.solve_trace(p, rng) for p in problems]
         rng = random.Random(0)
@@ -265,6 +265,14 @@ def test_countdown_prompts_and_flags():
         check_template(tok, "qwen-math", "countdown")
     cfg = config.parse_config(["--reward", "countdown"])
     assert cfg.reward == "countdown" and cfg.train_data == "builtin"
+    assert (cfg.max_new_tokens, cfg.eval_problems) == (512, 200)  # the Countdown defaults (config.COUNTDOWN)
+    cfg = config.parse_config(["--train-data", "builtin-countdown"])  # the task named: its reward follows
+    assert cfg.reward == "countdown" and cfg.max_new_tokens == 512
+    assert config.parse_config(["--reward", "countdown", "--max-new-tokens", "300"]).max_new_tokens == 300  # given wins
+    dapo = config.parse_config(["--train-data", "builtin-countdown", "--recipe", "dapo"])  # 16 of 64 -> 128 of 512
+    assert dapo.overlong_buffer == 128 and config.parse_config(["--recipe", "dapo"]).overlong_buffer == 16
+    c3po = config.parse_config(["--reward", "countdown", "--recipe", "c3po"])  # one task: no math -> code stages
+    assert c3po.stages == "" and c3po.token_budget == 4096 * 8
     for argv in (["--reward", "countdown", "--train-data", "builtin-math"], ["--eval-data", "builtin-countdown"]):
         with pytest.raises(SystemExit, match="does not go with --reward"):
             config.parse_config(argv)
@@ -272,7 +280,7 @@ def test_countdown_prompts_and_flags():
 
 def test_countdown_run_without_a_model_says_so_and_writes_nothing(tmp_path):
     """No Countdown model is shipped yet: `--reward countdown` without --model ends in one error line naming the
-    build command (not a silent 27-minute build), before the run directory exists."""
+    build command (not a silent 35-minute build), before the run directory exists."""
     import subprocess
     import sys
 

@@ -39,11 +39,12 @@ Notable features
     answer then worked inside the thought. Its 900-step, 70%-bare build went 0.190 -> 0.278. Built and shipped like
     the others.
   * The Countdown model (CountdownRecipe, `--countdown`; not shipped): cold-started on solve_trace's searches of
-    level 1-2 problems. Its first build (600 SFT steps of 32, 1.0M parameters, 27 minutes on 2 cores beside another
-    run) writes the search format and searches (sampled lengths 42-512 tokens, 0.37-0.41 nats per sampled token) but
-    gets the arithmetic of its steps wrong ("25 - 4 = 15"): held-out greedy accuracy 0.03 at level 1 and 0.00 at
-    levels 2 and 3 (100 problems each), sampled 0.012: too few right answers for RL to learn from, so train.py asks
-    for --model rather than building it.
+    level 1-3 problems (max_tries 3), 800 SFT steps of 64 in length-sorted micro-batches of 16 (35 minutes on 2
+    cores). It writes the search format and searches (sampled lengths 61-512 tokens, 0.15-0.20 nats per sampled
+    token) but gets the arithmetic of its steps wrong ("13 - 5 = 12"): held-out greedy accuracy 0.09 / 0.09 / 0.02 at
+    levels 1 / 2 / 3 (100 problems each), and GRPO on it did not learn (0.075 -> 0.020 at step 10, most groups all
+    wrong). On an H100, 1,200 steps of 64 reached 0.35 / 0.21 / 0.10 (bench/countdown_coldstart.py): docs/countdown.md.
+    Until a build reaches the accuracy RL needs, train.py asks for --model rather than building it.
 
 Run:  python -m tools.tiny            # find (shipped or cached) or build the default tiny model; prints its path
       python -m tools.tiny --ship     # rebuild the default model from scratch and write it to models/tiny-qwen2/
