@@ -302,3 +302,19 @@ def test_generate_gives_up_when_a_level_is_used_up(monkeypatch):
     monkeypatch.setattr(cd, "MAX_DRAWS", 50)
     with pytest.raises(ValueError, match="ask for fewer"):
         cd.generate(2, levels=(1,))
+
+
+def test_coldstart_bench_dry_run(tmp_path):
+    """bench/countdown_coldstart.py --dry-run: two tiny candidates SFT'd and measured on the CPU, one row each."""
+    import json
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "bench/countdown_coldstart.py", "--dry-run", "--out", str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(line) for line in open(tmp_path / "countdown_coldstart.jsonl")]
+    assert sorted(x["name"] for x in rows) == ["dry-a", "dry-b"] and not any("error" in x for x in rows)
+    for x in rows:
+        assert set(x["levels"]) == {"1", "2", "3"} and all(0 <= v["greedy"] <= 1 and v["nll"] > 0 for v in x["levels"].values())
+    assert (tmp_path / "countdown_coldstart.md").read_text().count("| dry-") == 2
