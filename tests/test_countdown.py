@@ -280,7 +280,7 @@ def test_countdown_prompts_and_flags():
 
 def test_countdown_run_without_a_model_says_so_and_writes_nothing(tmp_path):
     """No Countdown model is shipped yet: `--reward countdown` without --model ends in one error line naming the
-    build command (not a silent 35-minute build), before the run directory exists."""
+    build command (not a silent 50-minute build), before the run directory exists."""
     import subprocess
     import sys
 

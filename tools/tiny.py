@@ -39,12 +39,12 @@ Notable features
     answer then worked inside the thought. Its 900-step, 70%-bare build went 0.190 -> 0.278. Built and shipped like
     the others.
   * The Countdown model (CountdownRecipe, `--countdown`; not shipped): cold-started on solve_trace's searches of
-    level 1-3 problems (max_tries 3), 800 SFT steps of 64 in length-sorted micro-batches of 16 (35 minutes on 2
-    cores). It writes the search format and searches (sampled lengths 61-512 tokens, 0.15-0.20 nats per sampled
-    token) but gets the arithmetic of its steps wrong ("13 - 5 = 12"): held-out greedy accuracy 0.09 / 0.09 / 0.02 at
-    levels 1 / 2 / 3 (100 problems each), and GRPO on it did not learn (0.075 -> 0.020 at step 10, most groups all
-    wrong). On an H100, 1,200 steps of 64 reached 0.35 / 0.21 / 0.10 (bench/countdown_coldstart.py): docs/countdown.md.
-    Until a build reaches the accuracy RL needs, train.py asks for --model rather than building it.
+    level 1-3 problems (max_tries 3), 1,200 SFT steps of 64 in length-sorted micro-batches of 16 (57 minutes on 2
+    cores beside the test suite; ~48 quiet). It writes the search format and searches (sampled lengths 69-480 tokens,
+    0.09-0.11 nats per sampled token) and reaches held-out greedy accuracy 0.30 / 0.17 / 0.07 at levels 1 / 2 / 3
+    (100 problems each; an H100 build gave 0.35 / 0.21 / 0.10, bench/countdown_coldstart.py), but gets some steps'
+    arithmetic wrong, and GRPO on it has not yet learned (0.215 -> 0.115 in 20 steps at lr 2e-4): docs/countdown.md.
+    Until it does, train.py asks for --model rather than building it.
 
 Run:  python -m tools.tiny            # find (shipped or cached) or build the default tiny model; prints its path
       python -m tools.tiny --ship     # rebuild the default model from scratch and write it to models/tiny-qwen2/
@@ -132,7 +132,7 @@ class CountdownRecipe:
     positions: int = 1024  # prompt (~30 tokens) + the longest searches
     levels: str = "1,2,3"  # SFT problems' levels (tasks/countdown.py LEVELS): builtin-countdown's
     max_tries: int = 3  # solve_trace's bound on the steps tried (level 3: up to ~450 tokens)
-    sft_steps: int = 800
+    sft_steps: int = 1200  # 800 reached 0.09 / 0.09 / 0.02 greedy at levels 1 / 2 / 3 (docs/countdown.md)
     sft_batch: int = 64
     sft_micro: int = 16  # each step's 64 searches as 4 micro-batches of like lengths: the same gradient, less padding
     sft_problems: int = 3600  # distinct training problems the SFT searches (level 1 has 1,000-2,000)
