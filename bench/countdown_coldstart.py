@@ -23,10 +23,13 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-SMALL = {1: (1, 10), 2: (1, 15), 3: (1, 20)}  # LEVELS number ranges of the "small numbers" candidates
-CANDIDATES = {  # name: (CountdownRecipe fields, LEVELS number ranges)
-    "base-600": ({}, {}),
-    "base-2400": ({"sft_steps": 2400}, {}),
+SMALL = {1: (1, 10), 2: (1, 15), 3: (1, 20)}  # LEVELS number ranges of the "small numbers" candidates (today's task)
+BASE_RANGES = {1: (1, 20), 2: (1, 30), 3: (1, 50)}  # the task's ranges when the candidates were measured
+# The CountdownRecipe the candidates change (its values when they were measured, at 1eaeaf3; one micro-batch per step)
+BASE = dict(levels="1,2", max_tries=6, sft_steps=600, sft_batch=32, sft_micro=32, sft_problems=4000)
+CANDIDATES = {  # name: (changes to BASE, LEVELS number ranges)
+    "base-600": ({}, BASE_RANGES),
+    "base-2400": ({"sft_steps": 2400}, BASE_RANGES),
     "small-600": ({}, SMALL),
     "small-1200": ({"sft_steps": 1200}, SMALL),
     "small-2400": ({"sft_steps": 2400}, SMALL),
@@ -58,8 +61,9 @@ def child(name: str, fields: dict, ranges: dict, device: str, n_eval: int, max_n
     from tools import tiny
 
     torch.set_num_threads(1)
-    if ranges and "sft_problems" not in fields:  # level 1 at 1-10 has 1,000-2,000 distinct training problems
-        fields = {**fields, "sft_problems": 1200 * len(fields.get("levels", "1,2").split(","))}
+    if ranges == SMALL and "sft_problems" not in fields:  # level 1 at 1-10 has 1,000-2,000 distinct training problems
+        fields = {**fields, "sft_problems": 1200 * len(fields.get("levels", BASE["levels"]).split(","))}
+    fields = {**BASE, **fields}
     for lv, r in ranges.items():
         cd.LEVELS[int(lv)] = dataclasses.replace(cd.LEVELS[int(lv)], numbers=tuple(r))
     recipe = tiny.CountdownRecipe(**fields)
