@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
@@ -540,3 +541,31 @@ def solve_trace(problem: dict, rng: random.Random, max_tries: int = 40) -> str:
     found = search([(x, i) for i, x in enumerate(numbers)], True, 0)
     equation = to_text(found, numbers)
     return "\n".join(lines + [f"So {equation} = {target}.", f"<answer>{equation}</answer>"])
+
+
+_TRY = re.compile(r"Try (\d+(?:/\d+)?) ([-+*/]) (\d+(?:/\d+)?) = (\d+(?:/\d+)?)\. (That is the target)?")
+_CHECK = re.compile(r"Check (\d+), (\d+): ([\d, ]+)\. No ")
+
+
+def check_trace(text: str, target: int) -> Counter:
+    """Audit a search written in solve_trace's format (a model's, usually): how many of its steps' arithmetic is
+    wrong, and how often it says "That is the target" of a result that is not. Counts: "steps" ("Try a op b = r."
+    lines), "wrong_steps" (r is not a op b), "claims" ("That is the target" lines), "false_claims" (a claim whose
+    line's arithmetic is wrong or whose true result is not the target), "checks" ("Check a, b: ..." lines),
+    "wrong_checks" (the results listed are not exactly what solve_trace lists for a and b). A solver's trace has no
+    wrong steps, false claims or wrong checks (tested); the verifier still decides the reward from the answer alone."""
+    n = Counter()
+    for m in _TRY.finditer(text):
+        a, b, r = Fraction(m[1]), Fraction(m[3]), Fraction(m[4])
+        true = {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else None}[m[2]]
+        n["steps"] += 1
+        n["wrong_steps"] += true != r
+        if m[5]:
+            n["claims"] += 1
+            n["false_claims"] += true != r or true != target
+    for m in _CHECK.finditer(text):
+        a, b = int(m[1]), int(m[2])
+        want = sorted({v for v, _ in _combine(a, None, b, None) if isinstance(v, int) and v != 0})
+        n["checks"] += 1
+        n["wrong_checks"] += [int(x) for x in m[3].replace(" ", "").split(",") if x] != want
+    return n

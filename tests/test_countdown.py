@@ -203,6 +203,26 @@ def _brute_min_ops(numbers):
     return best
 
 
+def test_check_trace():
+    """check_trace audits a search line by line: a solver's traces have no slips; hand-made lines are counted exactly."""
+    total = cd.Counter()
+    for level in (1, 2, 3):
+        for p in cd.generate(60, seed=3, levels=(level,)):
+            total += cd.check_trace(cd.solve_trace(p, random.Random(1), max_tries=3), p["target"])
+    assert total["steps"] > 500 and total["claims"] == 180 and total["checks"] > 100
+    assert total["wrong_steps"] == total["false_claims"] == total["wrong_checks"] == 0
+    text = ("Try 3 + 4 = 8. Left: 8, 2.\n"  # wrong arithmetic
+            "Try 8 * 2 = 16. That is the target.\n"  # right arithmetic, not the target (6): a false claim
+            "Try 9 - 2 = 6. That is the target.\n"  # wrong arithmetic (9 - 2 = 7) and a false claim
+            "Try 12 / 2 = 6. That is the target.\n"  # right
+            "Check 3, 6: 2, 3, 9, 18. No 5.\n"  # right: 9, 18, 3, 6 / 3 (3 / 6 is not whole)
+            "Check 4, 4: 1, 8, 16. No 5.\n"  # right: 4 - 4 = 0 is not listed, 4 / 4 = 1 once
+            "Check 2, 5: 3, 7. No 6.")  # wrong: 2 * 5 = 10 missing
+    n = cd.check_trace(text, 6)
+    assert (n["steps"], n["wrong_steps"], n["claims"], n["false_claims"]) == (4, 2, 3, 2)
+    assert (n["checks"], n["wrong_checks"]) == (3, 1)
+
+
 def test_solver_matches_brute_force():
     rng = random.Random(9)
     for _ in range(8):
@@ -318,3 +338,30 @@ def test_coldstart_bench_dry_run(tmp_path):
     for x in rows:
         assert set(x["levels"]) == {"1", "2", "3"} and all(0 <= v["greedy"] <= 1 and v["nll"] > 0 for v in x["levels"].values())
     assert (tmp_path / "countdown_coldstart.md").read_text().count("| dry-") == 2
+
+
+def test_mechanism_bench_runs_on_a_model(tmp_path):
+    """bench/countdown_mechanism.py audits a model's searches: one row a level with every outcome's share summing to 1;
+    a directory without a model is one error line."""
+    import json
+    import subprocess
+    import sys
+
+    from tools import tiny
+
+    recipe = tiny.CountdownRecipe(hidden=32, layers=1, intermediate=64)
+    tok = tiny.build_tokenizer(recipe.words(), recipe.positions)
+    tiny.build_model(recipe, tok).save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    r = subprocess.run([sys.executable, "bench/countdown_mechanism.py", str(tmp_path / "m"), "--problems", "3",
+                        "--samples", "2", "--max-new-tokens", "16"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert [x["level"] for x in rows] == [1, 2, 3]
+    for x in rows:
+        assert abs(sum(x[k] for k in ("correct", "no answer", "rejected answer", "wrong, slip in search",
+                                      "wrong, no slip")) - 1) < 1e-9
+        assert x["nll"] > 0 and x["length"] <= 16
+    r = subprocess.run([sys.executable, "bench/countdown_mechanism.py", str(tmp_path)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip() == f"error: {tmp_path}: not a model directory (no config.json)"
