@@ -5,7 +5,8 @@ sees) to held-out problems and sort each response into one outcome: correct; no 
 length limit); an answer the verifier rejects (a number not given or used twice, unparsable); a wrong answer after a
 search with an arithmetic slip in it; a wrong answer without one. Then, over all of the searches' lines
 (tasks/countdown.py check_trace): the share of "Try a op b = r." steps whose arithmetic is wrong, of "That is the
-target" claims that are false, and of "Check a, b: ..." lines that list the wrong results; the share of groups with at
+target" claims that are false, and of "Check a, b: ..." lines that list the wrong results (and the wrong steps' share by
+operation and by the size of the true result); the share of groups with at
 least one correct response (the groups that carry a GRPO signal); the mean length (of all, of the correct and of the
 wrong responses) and the mean negative log-probability per sampled token.
 
@@ -76,6 +77,8 @@ def audit(model_path: str, problems: int, samples: int, max_new: int, seed: int)
                      "wrong_steps": lines["wrong_steps"] / max(lines["steps"], 1), "steps": lines["steps"],
                      "false_claims": lines["false_claims"] / max(lines["claims"], 1), "claims": lines["claims"],
                      "wrong_checks": lines["wrong_checks"] / max(lines["checks"], 1), "checks": lines["checks"],
+                     "wrong_steps_by_kind": {k[len("steps, "):]: round(lines["wrong " + k] / lines[k], 3)
+                                             for k in sorted(lines) if k.startswith("steps, ")},
                      "groups_with_signal": signal / len(examples), "length": statistics.mean(lengths),
                      "length_correct": statistics.mean(right_len) if right_len else None,
                      "length_wrong": statistics.mean(wrong_len) if wrong_len else None,

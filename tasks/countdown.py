@@ -552,7 +552,9 @@ def check_trace(text: str, target: int) -> Counter:
     wrong, and how often it says "That is the target" of a result that is not. Counts: "steps" ("Try a op b = r."
     lines), "wrong_steps" (r is not a op b), "claims" ("That is the target" lines), "false_claims" (a claim whose
     line's arithmetic is wrong or whose true result is not the target), "checks" ("Check a, b: ..." lines),
-    "wrong_checks" (the results listed are not exactly what solve_trace lists for a and b). A solver's trace has no
+    "wrong_checks" (the results listed are not exactly what solve_trace lists for a and b); "steps, KIND" and
+    "wrong steps, KIND" split the steps by operation (KIND "op +", "op -", "op *", "op /") and by the true result's
+    size ("result <= 100", "result > 100"). A solver's trace has no
     wrong steps, false claims or wrong checks (tested); the verifier still decides the reward from the answer alone."""
     n = Counter()
     for m in _TRY.finditer(text):
@@ -560,6 +562,9 @@ def check_trace(text: str, target: int) -> Counter:
         true = {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else None}[m[2]]
         n["steps"] += 1
         n["wrong_steps"] += true != r
+        for kind in (f"op {m[2]}", "result > 100" if true is not None and true > 100 else "result <= 100"):
+            n[f"steps, {kind}"] += 1
+            n[f"wrong steps, {kind}"] += true != r
         if m[5]:
             n["claims"] += 1
             n["false_claims"] += true != r or true != target

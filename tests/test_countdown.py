@@ -221,6 +221,10 @@ def test_check_trace():
     n = cd.check_trace(text, 6)
     assert (n["steps"], n["wrong_steps"], n["claims"], n["false_claims"]) == (4, 2, 3, 2)
     assert (n["checks"], n["wrong_checks"]) == (3, 1)
+    assert (n["steps, op +"], n["wrong steps, op +"], n["steps, op -"], n["wrong steps, op -"]) == (1, 1, 1, 1)
+    assert (n["steps, op *"], n["wrong steps, op *"], n["steps, op /"], n["wrong steps, op /"]) == (1, 0, 1, 0)
+    assert (n["steps, result <= 100"], n["wrong steps, result <= 100"], n["steps, result > 100"]) == (4, 2, 0)
+    assert cd.check_trace("Try 12 * 11 = 132. Left: 3.\nTry 20 * 7 = 104. Left: 1.", 5)["wrong steps, result > 100"] == 1
 
 
 def test_solver_matches_brute_force():
