@@ -340,7 +340,8 @@ def test_coldstart_bench_dry_run(tmp_path):
     rows = [json.loads(line) for line in open(tmp_path / "countdown_coldstart.jsonl")]
     assert sorted(x["name"] for x in rows) == ["dry-a", "dry-b"] and not any("error" in x for x in rows)
     for x in rows:
-        assert set(x["levels"]) == {"1", "2", "3"} and all(0 <= v["greedy"] <= 1 and v["nll"] > 0 for v in x["levels"].values())
+        assert set(x["levels"]) == {"1", "2", "3"} and all(0 <= v["greedy"] <= 1 and v["nll"] > 0 and 0 <= v["wrong_steps"] <= 1
+                                                           for v in x["levels"].values())
     assert (tmp_path / "countdown_coldstart.md").read_text().count("| dry-") == 2
 
 
