@@ -554,11 +554,14 @@ def check_trace(text: str, target: int) -> Counter:
     line's arithmetic is wrong or whose true result is not the target), "checks" ("Check a, b: ..." lines),
     "wrong_checks" (the results listed are not exactly what solve_trace lists for a and b); "steps, KIND" and
     "wrong steps, KIND" split the steps by operation (KIND "op +", "op -", "op *", "op /") and by the true result's
-    size ("result <= 100", "result > 100"). A solver's trace has no
-    wrong steps, false claims or wrong checks (tested); the verifier still decides the reward from the answer alone."""
+    size ("result <= 100", "result > 100"). A step or result written as a fraction over 0 is a wrong step. A solver's
+    trace has no wrong steps, false claims or wrong checks (tested); the verifier alone decides the reward."""
     n = Counter()
     for m in _TRY.finditer(text):
-        a, b, r = Fraction(m[1]), Fraction(m[3]), Fraction(m[4])
+        try:
+            a, b, r = Fraction(m[1]), Fraction(m[3]), Fraction(m[4])
+        except ZeroDivisionError:  # "3/0" written as a number
+            a, b, r = Fraction(0), Fraction(0), None
         true = {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else None}[m[2]]
         n["steps"] += 1
         n["wrong_steps"] += true != r

@@ -44,8 +44,8 @@ Notable features
     0.09-0.11 nats per sampled token) and reaches held-out greedy accuracy 0.30 / 0.17 / 0.07 at levels 1 / 2 / 3
     (100 problems each; an H100 build gave 0.35 / 0.21 / 0.10, bench/countdown_coldstart.py), but 21-28 % of its
     sampled searches' steps have wrong arithmetic (bench/countdown_mechanism.py), the answers' main failure. GRPO on
-    it falls at lr >= 1e-4 (0.215 -> 0.115 in 20 steps at 2e-4, its wrong steps doubling), is held level by a KL
-    penalty and gains slowly at 5e-5 (0.215 -> 0.270 in 40 steps, 16 minutes): docs/countdown.md.
+    it falls at lr >= 1e-4 (0.215 -> 0.115 in 20 steps at 2e-4, its wrong steps doubling), falls more slowly with a
+    KL penalty (level at 1e-4) and gains slowly at 5e-5 (0.215 -> 0.270 in 40 steps, 16 minutes): docs/countdown.md.
     Until RL learns on it at the pace wanted, train.py asks for --model rather than building it.
 
 Run:  python -m tools.tiny            # find (shipped or cached) or build the default tiny model; prints its path
