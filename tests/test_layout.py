@@ -1,8 +1,9 @@
 """The house: the top level holds the idea files and the few a first reader opens (plumbing lives in trainer/, the
-offline tools in tools/), every benchmark runs as `python bench/NAME.py`, the README's map lists what is there, imports
-run one way (algorithm files <- data <- rewards/rollout <- trainer/ <- the loop), train.py reads top down as the loop,
-and every flag is declared once, in config.py. The support files hold one idea each: reward.py's parts in verifier/, the
-engines behind rollout.py in engines/, the built-in tasks, --data and the templates in tasks/.
+offline tools in tools/), every benchmark runs as `python bench/NAME.py`, the file map (docs/files.md, linked from the
+README) lists what is there, imports run one way (algorithm files <- data <- rewards/rollout <- trainer/ <- the
+loop), train.py reads top down as the loop, and every flag is declared once, in config.py. The support files hold
+one idea each: reward.py's parts in verifier/, the engines behind rollout.py in engines/, the built-in tasks, --data
+and the templates in tasks/.
 
 Run:  python -m pytest -q tests/test_layout.py        (~20 s: each benchmark's --help is a subprocess)
 """
@@ -41,13 +42,15 @@ def test_top_level_is_the_idea_files():
     assert len(tops) <= 17, tops
     assert set(ALGORITHMS) <= set(tops), "the algorithm files stay at the top level"
     readme = open(os.path.join(ROOT, "README.md")).read()
-    files = readme[readme.index("## Files"):readme.index("## The loop")]
+    assert "](docs/files.md)" in readme, "the README links the file map"
+    doc = open(os.path.join(ROOT, "docs", "files.md")).read()
+    files = doc[doc.index("## Files"):doc.index("## The loop")]
     inside = [os.path.relpath(p, ROOT) for d in PACKAGES for p in glob.glob(os.path.join(ROOT, d, "*.py"))
               if not p.endswith("__init__.py")]
     for f in tops + inside + [os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "bench", "*.py"))]:
-        assert os.path.basename(f) in files, f"{f} is not in the README's map"
+        assert os.path.basename(f) in files, f"{f} is not in docs/files.md's map"
     for name in re.findall(r"^([\w/]+\.py)\s", files, re.M):
-        assert os.path.exists(os.path.join(ROOT, name)), f"the README's map lists {name}, which is not there"
+        assert os.path.exists(os.path.join(ROOT, name)), f"docs/files.md's map lists {name}, which is not there"
     for d in PACKAGES:  # each package's own map names its files
         doc = open(os.path.join(ROOT, d, "__init__.py")).read()
         for p in glob.glob(os.path.join(ROOT, d, "*.py")):
