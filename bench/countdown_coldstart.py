@@ -28,7 +28,8 @@ sys.path.insert(0, ROOT)
 SMALL = {1: (1, 10), 2: (1, 15), 3: (1, 20)}  # LEVELS number ranges of the "small numbers" candidates (today's task)
 BASE_RANGES = {1: (1, 20), 2: (1, 30), 3: (1, 50)}  # the task's ranges when the candidates were measured
 # The CountdownRecipe the candidates change (its values when they were measured, at 1eaeaf3; one micro-batch per step)
-BASE = dict(levels="1,2", max_tries=6, sft_steps=600, sft_batch=32, sft_micro=32, sft_problems=4000)
+# trace "guided": solve_trace's searches, what every candidate up to the "search-" ones was measured with
+BASE = dict(levels="1,2", max_tries=6, sft_steps=600, sft_batch=32, sft_micro=32, sft_problems=4000, trace="guided")
 CANDIDATES = {  # name: (changes to BASE, LEVELS number ranges)
     "base-600": ({}, BASE_RANGES),
     "base-2400": ({"sft_steps": 2400}, BASE_RANGES),
@@ -50,6 +51,11 @@ CANDIDATES = {  # name: (changes to BASE, LEVELS number ranges)
     # 1,200-step build's sampled searches have 21-28 % of their steps wrong, 800 steps' 57-69 %: docs/countdown.md.)
     "small-tries3-levels123-b64-2400": ({"sft_steps": 2400, "max_tries": 3, "sft_batch": 64, "levels": "1,2,3"}, SMALL),
     "small-tries3-levels123-b64-4800": ({"sft_steps": 4800, "max_tries": 3, "sft_batch": 64, "levels": "1,2,3"}, SMALL),
+    # search_trace's searches (no knowledge of the solution, cut at 480 tokens): the recipe's defaults since then
+    "search-levels123-b64-1200": ({"trace": "search", "sft_steps": 1200, "sft_batch": 64, "sft_micro": 16,
+                                   "levels": "1,2,3", "sft_problems": 3600}, SMALL),
+    "search-levels123-b64-2400": ({"trace": "search", "sft_steps": 2400, "sft_batch": 64, "sft_micro": 16,
+                                   "levels": "1,2,3", "sft_problems": 3600}, SMALL),
 }
 DRY = {"dry-a": ({"sft_steps": 3, "hidden": 32, "layers": 1, "intermediate": 64, "sft_problems": 50}, {}),
        "dry-b": ({"sft_steps": 3, "hidden": 32, "layers": 1, "intermediate": 64, "sft_problems": 50}, SMALL)}

@@ -543,6 +543,81 @@ def solve_trace(problem: dict, rng: random.Random, max_tries: int = 40) -> str:
     return "\n".join(lines + [f"So {equation} = {target}.", f"<answer>{equation}</answer>"])
 
 
+RESULT_CAP = 2  # search_trace goes on from no step whose result is above RESULT_CAP x the target
+
+
+def search_trace(problem: dict, rng: random.Random, max_chars: int | None = None) -> str | None:
+    """A search with no knowledge of the solution, written out as solve_trace writes one: a depth-first search over
+    the steps (two of the numbers, one operation, a whole result other than 0), tried in a random order (`rng`), each
+    followed by what is left; two numbers left are checked at once ("Check 12, 5: 7, 17, 60. No 42."), a dead end
+    goes back ("Back to ..."); the first step that makes the target ends the search. A step whose result is above
+    RESULT_CAP x the target is not tried (a person aiming at 42 does not go on from 19 * 18 = 342); where that prunes
+    every solution (about 1 problem in 100 at level 3) the search is written again without the cap.
+
+    Unlike solve_trace, every line follows from the lines before it: nothing in the text says which step is the
+    solution's, so a model that imitates these searches cannot learn to expect the target after a few tries (the
+    cold start trained on solve_trace's guided searches wrote the target as a wrongly computed result in 76-93 % of
+    its claims: docs/countdown.md). The search is sure to end (every problem is solvable), but its length is the
+    luck of the order: tokens of the cold start's tokenizer, generate(300, "train", seed=11, levels=(L,)) searched
+    with random.Random(1): level 1 median 144, at most 559; level 2 median 728, 38 % within 480; level 3 median 1,315,
+    27 % within 480. A better order than chance is what RL can learn (Stream of Search, Gandhi et al. 2024, trains on
+    such searches the same way). With `max_chars`, a search whose text grows past it is abandoned: None."""
+    numbers, target = problem["numbers"], problem["target"]
+    written = [0]
+
+    class _Long(Exception):
+        pass
+
+    def say(lines, line):
+        lines.append(line)
+        written[0] += len(line) + 1
+        if max_chars is not None and written[0] > max_chars:
+            raise _Long
+
+    def listing(items):
+        return ", ".join(_show(v) for v, _ in items)
+
+    def show(t):
+        return f"{_show(_value(t[1], numbers))} {t[0]} {_show(_value(t[2], numbers))} = {_show(_value(t, numbers))}"
+
+    def search(items, cap, lines):
+        steps = _steps(items)
+        if len(items) == 2:
+            hit = next((t for _, _, v, t in steps if v == target), None)
+            if hit is not None:
+                say(lines, f"Try {show(hit)}. That is the target.")
+                return hit
+            results = ", ".join(_show(v) for v in sorted({v for _, _, v, _ in steps}))
+            say(lines, f"Check {listing(items)}: {results}. No {target}.")
+            return None
+        steps = [s for s in steps if cap is None or s[2] <= cap * target]
+        rng.shuffle(steps)
+        for i, j, v, t in steps:
+            rest = [x for n, x in enumerate(items) if n not in (i, j)] + [(v, t)]
+            if v == target:
+                say(lines, f"Try {show(t)}. That is the target.")
+                return t
+            say(lines, f"Try {show(t)}. Left: {listing(rest)}.")
+            found = search(rest, cap, lines)
+            if found is not None:
+                return found
+            say(lines, f"Back to {listing(items)}.")
+        return None
+
+    for cap in (RESULT_CAP, None):
+        lines = [f"Target {target} from {', '.join(map(str, numbers))}."]
+        written[0] = len(lines[0])
+        try:
+            found = search([(x, i) for i, x in enumerate(numbers)], cap, lines)
+        except _Long:
+            return None
+        if found is not None:
+            equation = to_text(found, numbers)
+            text = "\n".join(lines + [f"So {equation} = {target}.", f"<answer>{equation}</answer>"])
+            return None if max_chars is not None and len(text) > max_chars else text
+    raise ValueError(f"countdown: no search in whole steps makes {target} from {numbers}")
+
+
 _TRY = re.compile(r"Try (\d+(?:/\d+)?) ([-+*/]) (\d+(?:/\d+)?) = (\d+(?:/\d+)?)\. (That is the target)?")
 _CHECK = re.compile(r"Check (\d+), (\d+): ([\d, ]+)\. No ")
 

@@ -182,6 +182,40 @@ def test_solve_trace():
         assert lengths[-1] >= 3 * lengths[0]
 
 
+def test_search_trace():
+    """search_trace's searches: no slip anywhere (check_trace), the answer scores 1, deterministic in the rng; a
+    different rng tries another order (no path is fixed by the solution); steps above RESULT_CAP x the target are
+    not gone on from unless the capped search failed; max_chars abandons a longer search (None) and otherwise
+    changes nothing; lengths spread ten-fold and more at levels 2-3."""
+    import re
+
+    for level in (1, 2, 3):
+        problems = cd.generate(60, "train", seed=4, levels=(level,))
+        traces = [cd.search_trace(p, random.Random(i)) for i, p in enumerate(problems)]
+        assert traces == [cd.search_trace(p, random.Random(i)) for i, p in enumerate(problems)]
+        other = [cd.search_trace(p, random.Random(i + 1000)) for i, p in enumerate(problems)]
+        assert sum(a != b for a, b in zip(traces, other)) >= 30
+        over = 0
+        for p, trace in zip(problems, traces):
+            assert cd.countdown_reward(trace, p) == 1.0
+            audit = cd.check_trace(trace, p["target"])
+            assert audit["claims"] == 1 and audit["wrong_steps"] == audit["false_claims"] == audit["wrong_checks"] == 0
+            lines = trace.splitlines()
+            assert lines[0] == f"Target {p['target']} from {', '.join(map(str, p['numbers']))}."
+            assert lines[-1].startswith("<answer>") and "That is the target." in lines[-3]
+            results = [int(r) for r in re.findall(r"= (\d+)\. Left:", trace)]
+            over += any(r > cd.RESULT_CAP * p["target"] for r in results)
+            for i, line in enumerate(lines):  # a dead end goes back to a listing the search has written before
+                if line.startswith("Back to "):
+                    assert any(line[len("Back to "):] in prev for prev in lines[:i])
+            short = cd.search_trace(p, random.Random(7), max_chars=len(trace) // 2)
+            assert short is None or len(short) <= len(trace) // 2
+            assert cd.search_trace(p, random.Random(7), max_chars=10**6) == cd.search_trace(p, random.Random(7))
+        assert over <= 2
+        lengths = sorted(map(len, traces))
+        assert lengths[-1] >= (4 if level == 1 else 10) * lengths[0]
+
+
 def _brute_min_ops(numbers):
     """value -> fewest operations, by trying every pair and every operation (negative steps too) on Fractions:
     independent of the solver's tables, tricks and non-negative search."""

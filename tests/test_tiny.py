@@ -86,7 +86,7 @@ def test_countdown_micro_batches_give_the_batch_gradient():
 
     from tasks import countdown as cd
 
-    recipe = tiny.CountdownRecipe(hidden=32, layers=1, intermediate=64, heads=2, kv_heads=1)
+    recipe = tiny.CountdownRecipe(hidden=32, layers=1, intermediate=64, heads=2, kv_heads=1, trace="guided")
     tok = tiny.build_tokenizer(recipe.words(), recipe.positions)
     rows = cd.countdown_task(8, "train", 1, levels=(1, 2, 3))
     rng = random.Random(0)
@@ -102,3 +102,28 @@ def test_countdown_micro_batches_give_the_batch_gradient():
     for (name, p), q in zip(whole.named_parameters(), parts.parameters()):
         assert torch.allclose(p.grad, q.grad, rtol=0, atol=1e-8), name
     assert max(len(ex.solution) for ex in rows) > 2 * min(len(ex.solution) for ex in rows)  # padding differs
+
+
+def test_countdown_sft_keeps_searches_within_the_token_budget(monkeypatch):
+    """trace "search": every SFT search fits `sft_tokens` tokens and ends in its answer (a cut search would teach no
+    ending), the pool has sft_steps x sft_batch of them, and the levels' long searches still come in (some > half the
+    budget)."""
+    from tasks import countdown as cd
+
+    recipe = tiny.CountdownRecipe(hidden=32, layers=1, intermediate=64, heads=2, kv_heads=1, sft_steps=6, sft_batch=16,
+                                  sft_micro=8, sft_problems=60, sft_tokens=200)
+    tok = tiny.build_tokenizer(recipe.words(), recipe.positions)
+    seen = []
+    monkeypatch.setattr(tiny, "fit", lambda model, r, batch_of, log_every: seen.extend(
+        batch_of(step) for step in range(r.sft_steps)))
+    tiny.countdown_sft(None, tok, recipe)
+    rows = [(ids[i][attn[i] == 1], lab[i]) for mb in seen for ids, attn, lab in mb for i in range(len(ids))]
+    assert len(rows) == 6 * 16
+    lengths = []
+    for ids, lab in rows:
+        response = [t for t in lab.tolist() if t != -100]
+        assert len(response) - 1 <= 200 and response[-1] == tok.eos_token_id
+        text = tok.decode(response[:-1])
+        assert text.splitlines()[-1].startswith("<answer>") and cd.check_trace(text, int(text.split()[1]))["claims"] == 1
+        lengths.append(len(response))
+    assert max(lengths) > 100 and min(lengths) < 60

@@ -119,6 +119,7 @@ COUNTDOWN_WORDS = ["\nAnswer: ", "Using the numbers [", "], create an equation t
                    "all). Give the final equation alone, without \"= ", "\", in <answer> </answer> tags, for example "
                    "<answer>(1 + 2) * 3</answer>.", "Target ", " from ", "\nTry ", ". Left: ", "\nCheck ", ". No ",
                    "\nBack to ", ". That is the target.", ". Not ", "\nSo ", "<answer>", "</answer>"]
+SEARCH_WORDS = [", ", " = ", " + ", " - ", " * ", " / "]  # trace "search": its steps' pieces, each one token
 
 
 @dataclasses.dataclass
@@ -133,7 +134,9 @@ class CountdownRecipe:
     intermediate: int = 512
     positions: int = 1024  # prompt (~30 tokens) + the longest searches
     levels: str = "1,2,3"  # SFT problems' levels (tasks/countdown.py LEVELS): builtin-countdown's
-    max_tries: int = 3  # solve_trace's bound on the steps tried (level 3: up to ~450 tokens)
+    max_tries: int = 3  # solve_trace's bound on the steps tried (level 3: up to ~450 tokens); trace "guided" only
+    trace: str = "search"  # "search": tasks/countdown.py search_trace (no knowledge of the solution); "guided": solve_trace
+    sft_tokens: int = 480  # "search": an SFT search longer than this many tokens is drawn again (up to 8 draws)
     sft_steps: int = 1200  # 800 reached 0.09 / 0.09 / 0.02 greedy at levels 1 / 2 / 3 (docs/countdown.md)
     sft_batch: int = 64
     sft_micro: int = 16  # each step's 64 searches as 4 micro-batches of like lengths: the same gradient, less padding
@@ -143,15 +146,22 @@ class CountdownRecipe:
     name = "tiny-qwen2-countdown"
 
     def words(self) -> list[str]:
-        return WORDS[:1] + COUNTDOWN_WORDS
+        return WORDS[:1] + COUNTDOWN_WORDS + (SEARCH_WORDS if self.trace == "search" else [])
+
+    def search(self, problem: dict, rng: random.Random, max_chars: int | None = None) -> str | None:
+        from tasks.countdown import search_trace, solve_trace
+
+        if self.trace == "search":
+            return search_trace(problem, rng, max_chars)
+        return solve_trace(problem, rng, self.max_tries)
 
     def level_list(self) -> tuple[int, ...]:
         return tuple(int(x) for x in self.levels.split(","))
 
     def key(self) -> str:
-        from tasks.countdown import LEVELS as CD_LEVELS, countdown_task, solve_trace
+        from tasks.countdown import LEVELS as CD_LEVELS, countdown_task
 
-        task = [(e.prompt, solve_trace(e.answer, random.Random(0), self.max_tries)) for e in countdown_task(8, "train", 123)]
+        task = [(e.prompt, self.search(e.answer, random.Random(0))) for e in countdown_task(8, "train", 123)]
         blob = json.dumps([dataclasses.asdict(self), RECIPE_VERSION, SPECIALS, CHARS, self.words(),
                            {k: dataclasses.astuple(v) for k, v in CD_LEVELS.items()}, task], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
@@ -161,16 +171,27 @@ COUNTDOWN_RECIPE = CountdownRecipe()  # the model for --reward countdown runs
 
 
 def countdown_sft(model, tokenizer, recipe: CountdownRecipe, log_every: int = 100) -> None:
-    """Cold start on Countdown: each SFT target is one search for a training problem (solve_trace, its own draw).
-    `sft_problems` distinct problems (level 1 has only a few thousand), each searched afresh every time it recurs."""
-    from tasks.countdown import countdown_task, solve_trace
+    """Cold start on Countdown: each SFT target is one search for a training problem (recipe.search, its own draw).
+    `sft_problems` distinct problems (level 1 has only a few thousand), each searched afresh every time it recurs.
+    With search_trace, a search longer than `sft_tokens` is drawn again in another order, up to 8 draws, and a problem
+    none of whose draws fits gives its place to the next one: a search cut short would teach no ending, and the SFT
+    searches are so the ones that fit the length limit RL will sample under (the luckier orders of the hard levels)."""
+    from tasks.countdown import countdown_task
 
     rng = random.Random(recipe.seed)
     problems = countdown_task(recipe.sft_problems, "train", recipe.seed + 1, levels=recipe.level_list())
-    pool = [dataclasses.replace(problems[i % len(problems)]) for i in range(recipe.sft_steps * recipe.sft_batch)]
-    rng.shuffle(pool)
-    for ex in pool:
-        ex.solution = solve_trace(ex.answer, rng, recipe.max_tries)
+    order = [dataclasses.replace(problems[i % len(problems)]) for i in range(recipe.sft_steps * recipe.sft_batch)]
+    rng.shuffle(order)
+    pool, n = [], 0
+    while len(pool) < len(order):
+        ex = dataclasses.replace(order[n % len(order)])
+        n += 1
+        for _ in range(8 if recipe.trace == "search" else 1):  # 3 characters a token at most: abandoned past that
+            ex.solution = recipe.search(ex.answer, rng, 3 * recipe.sft_tokens)
+            if ex.solution is not None and (recipe.trace != "search" or len(ex.solution) < 1.5 * recipe.sft_tokens or len(
+                    tokenizer(ex.solution, add_special_tokens=False)["input_ids"]) <= recipe.sft_tokens):
+                pool.append(ex)
+                break
     b, m = recipe.sft_batch, recipe.sft_micro
 
     def micro_batches(step):  # the step's searches sorted by length, cut into micro-batches of m
@@ -559,6 +580,10 @@ def main(argv=None):
               dataclasses.fields(CountdownRecipe)}
     for f in fields.values():  # unset: the recipe's default (TinyRecipe's, or ChatRecipe's with --chat)
         typ = type(f.default)  # sizes and steps >= 1, the seed >= 0, the lr > 0, fractions in [0, 1]
+        if f.name == "trace":
+            ap.add_argument("--trace", default=None, choices=("search", "guided"), help="--countdown: the SFT searches: "
+                            "search_trace's (no knowledge of the solution) or solve_trace's (guided to it)")
+            continue
         if typ is str and f.name == "levels":
             ap.add_argument("--levels", default=None, help="--countdown: the SFT problems' levels, e.g. 1,2")
             continue
