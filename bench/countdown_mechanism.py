@@ -77,6 +77,7 @@ def audit(model_path: str, problems: int, samples: int, max_new: int, seed: int)
                      "wrong_steps": lines["wrong_steps"] / max(lines["steps"], 1), "steps": lines["steps"],
                      "false_claims": lines["false_claims"] / max(lines["claims"], 1), "claims": lines["claims"],
                      "wrong_checks": lines["wrong_checks"] / max(lines["checks"], 1), "checks": lines["checks"],
+                     "repeated_tries": lines["repeats"] / max(lines["steps"], 1),
                      "wrong_steps_by_kind": {k[len("steps, "):]: round(lines["wrong " + k] / lines[k], 3)
                                              for k in sorted(lines) if k.startswith("steps, ")},
                      "groups_with_signal": signal / len(examples), "length": statistics.mean(lengths),
@@ -89,11 +90,11 @@ def audit(model_path: str, problems: int, samples: int, max_new: int, seed: int)
 
 def table(rows: list[dict]) -> str:
     out = ["| model | level | " + " | ".join(OUTCOMES) + " | wrong steps | false claims | wrong checks | groups with a "
-           "correct response | mean length | NLL / token |", "|" + "---|" * (13 + len(OUTCOMES) - 5)]
+           "correct response | repeated tries | mean length | NLL / token |", "|" + "---|" * (14 + len(OUTCOMES) - 5)]
     for r in rows:
         out.append(f"| {r['model']} | {r['level']} | " + " | ".join(f"{r[k]:.3f}" for k in OUTCOMES)
                    + f" | {r['wrong_steps']:.3f} of {r['steps']} | {r['false_claims']:.3f} of {r['claims']}"
-                   f" | {r['wrong_checks']:.3f} of {r['checks']} | {r['groups_with_signal']:.3f}"
+                   f" | {r['wrong_checks']:.3f} of {r['checks']} | {r['groups_with_signal']:.3f} | {r['repeated_tries']:.3f}"
                    f" | {r['length']:.0f} | {r['nll']:.3f} |")
     return "\n".join(out)
 

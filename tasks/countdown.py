@@ -629,9 +629,15 @@ def check_trace(text: str, target: int) -> Counter:
     line's arithmetic is wrong or whose true result is not the target), "checks" ("Check a, b: ..." lines),
     "wrong_checks" (the results listed are not exactly what solve_trace lists for a and b); "steps, KIND" and
     "wrong steps, KIND" split the steps by operation (KIND "op +", "op -", "op *", "op /") and by the true result's
-    size ("result <= 100", "result > 100"). A step or result written as a fraction over 0 is a wrong step. A solver's
-    trace has no wrong steps, false claims or wrong checks (tested); the verifier alone decides the reward."""
+    size ("result <= 100", "result > 100"). "repeats": "Try" lines written word for word earlier in the search (the
+    same step on the same numbers: search_trace keeps no memory of the numbers it has searched, so two routes to the
+    same numbers search them twice: 9.2 % of its steps at levels 1-3, 0.7 % of solve_trace's with max_tries 3;
+    generate(300, "train", seed=9) searched with random.Random(i) for the i-th problem). A step or result
+    written as a fraction over 0 is a wrong step. A solver's trace has no wrong steps, false claims or wrong checks
+    (tested); the verifier alone decides the reward."""
     n = Counter()
+    tried = Counter(line for line in text.splitlines() if line.startswith("Try "))
+    n["repeats"] = sum(k - 1 for k in tried.values())
     for m in _TRY.finditer(text):
         try:
             a, b, r = Fraction(m[1]), Fraction(m[3]), Fraction(m[4])

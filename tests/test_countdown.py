@@ -261,6 +261,9 @@ def test_check_trace():
     assert cd.check_trace("Try 12 * 11 = 132. Left: 3.\nTry 20 * 7 = 104. Left: 1.", 5)["wrong steps, result > 100"] == 1
     zero = cd.check_trace("Try 3/0 + 1 = 4. Left: 4.\nTry 6 / 0 = 2. That is the target.\nTry 1 + 1 = 2/0. Left: 2.", 2)
     assert (zero["steps"], zero["wrong_steps"], zero["claims"], zero["false_claims"]) == (3, 3, 1, 1)
+    assert n["repeats"] == 0
+    loop = "Try 2 + 3 = 5. Left: 5, 4.\nCheck 5, 4: 1, 9, 20. No 7.\nBack to 2, 3, 4.\nTry 2 + 3 = 5. Left: 5, 4.\n" * 2
+    assert cd.check_trace(loop, 7)["repeats"] == 3
 
 
 def test_solver_matches_brute_force():
