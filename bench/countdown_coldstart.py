@@ -56,6 +56,13 @@ CANDIDATES = {  # name: (changes to BASE, LEVELS number ranges)
                                    "levels": "1,2,3", "sft_problems": 3600}, SMALL),
     "search-levels123-b64-2400": ({"trace": "search", "sft_steps": 2400, "sft_batch": 64, "sft_micro": 16,
                                    "levels": "1,2,3", "sft_problems": 3600}, SMALL),
+    # the same, with the searches longer than 480 tokens cut there instead of drawn again (the 1,200-step "search"
+    # build on 2 cores claimed the target falsely in 84-97 % of its claims, its searches ending within ~480 tokens
+    # as all of its SFT searches did: docs/countdown.md)
+    "search-cut-levels123-b64-1200": ({"trace": "search-cut", "sft_steps": 1200, "sft_batch": 64, "sft_micro": 16,
+                                       "levels": "1,2,3", "sft_problems": 3600}, SMALL),
+    "search-cut-levels123-b64-2400": ({"trace": "search-cut", "sft_steps": 2400, "sft_batch": 64, "sft_micro": 16,
+                                       "levels": "1,2,3", "sft_problems": 3600}, SMALL),
 }
 DRY = {"dry-a": ({"sft_steps": 3, "hidden": 32, "layers": 1, "intermediate": 64, "sft_problems": 50}, {}),
        "dry-b": ({"sft_steps": 3, "hidden": 32, "layers": 1, "intermediate": 64, "sft_problems": 50}, SMALL)}

@@ -546,7 +546,7 @@ def solve_trace(problem: dict, rng: random.Random, max_tries: int = 40) -> str:
 RESULT_CAP = 2  # search_trace goes on from no step whose result is above RESULT_CAP x the target
 
 
-def search_trace(problem: dict, rng: random.Random, max_chars: int | None = None) -> str | None:
+def search_trace(problem: dict, rng: random.Random, max_chars: int | None = None, cut: bool = False) -> str | None:
     """A search with no knowledge of the solution, written out as solve_trace writes one: a depth-first search over
     the steps (two of the numbers, one operation, a whole result other than 0), tried in a random order (`rng`), each
     followed by what is left; two numbers left are checked at once ("Check 12, 5: 7, 17, 60. No 42."), a dead end
@@ -561,7 +561,8 @@ def search_trace(problem: dict, rng: random.Random, max_chars: int | None = None
     luck of the order: tokens of the cold start's tokenizer, generate(300, "train", seed=11, levels=(L,)) searched
     with random.Random(1): level 1 median 144, at most 559; level 2 median 728, 38 % within 480; level 3 median 1,315,
     27 % within 480. A better order than chance is what RL can learn (Stream of Search, Gandhi et al. 2024, trains on
-    such searches the same way). With `max_chars`, a search whose text grows past it is abandoned: None."""
+    such searches the same way). With `max_chars`, a search whose text grows past it is abandoned: None, or with
+    `cut` its whole lines that fit (no answer: the search as a length limit leaves it)."""
     numbers, target = problem["numbers"], problem["target"]
     written = [0]
 
@@ -569,10 +570,10 @@ def search_trace(problem: dict, rng: random.Random, max_chars: int | None = None
         pass
 
     def say(lines, line):
+        if max_chars is not None and written[0] + len(line) + 1 > max_chars:
+            raise _Long
         lines.append(line)
         written[0] += len(line) + 1
-        if max_chars is not None and written[0] > max_chars:
-            raise _Long
 
     def listing(items):
         return ", ".join(_show(v) for v, _ in items)
@@ -610,11 +611,13 @@ def search_trace(problem: dict, rng: random.Random, max_chars: int | None = None
         try:
             found = search([(x, i) for i, x in enumerate(numbers)], cap, lines)
         except _Long:
-            return None
+            return "\n".join(lines) if cut else None
         if found is not None:
             equation = to_text(found, numbers)
             text = "\n".join(lines + [f"So {equation} = {target}.", f"<answer>{equation}</answer>"])
-            return None if max_chars is not None and len(text) > max_chars else text
+            if max_chars is not None and len(text) > max_chars:
+                return "\n".join(lines) if cut else None
+            return text
     raise ValueError(f"countdown: no search in whole steps makes {target} from {numbers}")
 
 

@@ -127,3 +127,30 @@ def test_countdown_sft_keeps_searches_within_the_token_budget(monkeypatch):
         assert text.splitlines()[-1].startswith("<answer>") and cd.check_trace(text, int(text.split()[1]))["claims"] == 1
         lengths.append(len(response))
     assert max(lengths) > 100 and min(lengths) < 60
+
+
+def test_countdown_sft_cut_searches(monkeypatch):
+    """trace "search-cut": a search longer than `sft_tokens` is cut after its last whole line within them, as the
+    length limit cuts a sampled one: no answer and no EOS; those that fit end in their answer and EOS."""
+    from tasks import countdown as cd
+
+    recipe = tiny.CountdownRecipe(hidden=32, layers=1, intermediate=64, heads=2, kv_heads=1, sft_steps=4, sft_batch=16,
+                                  sft_micro=8, sft_problems=60, sft_tokens=150, trace="search-cut", levels="2,3")
+    tok = tiny.build_tokenizer(recipe.words(), recipe.positions)
+    seen = []
+    monkeypatch.setattr(tiny, "fit", lambda model, r, batch_of, log_every: seen.extend(
+        batch_of(step) for step in range(r.sft_steps)))
+    tiny.countdown_sft(None, tok, recipe)
+    rows = [lab[i] for mb in seen for ids, attn, lab in mb for i in range(len(ids))]
+    ended = cut = 0
+    for lab in rows:
+        response = [t for t in lab.tolist() if t != -100]
+        text = tok.decode([t for t in response if t != tok.eos_token_id])
+        assert len(response) <= 151 and cd.check_trace(text, int(text.split()[1]))["wrong_steps"] == 0
+        if response[-1] == tok.eos_token_id:
+            ended += 1
+            assert text.splitlines()[-1].startswith("<answer>")
+        else:
+            cut += 1
+            assert "<answer>" not in text and text.endswith(".") and len(response) > 100
+    assert ended >= 5 and cut >= 20
