@@ -118,7 +118,7 @@ COUNTDOWN_WORDS = ["\nAnswer: ", "Using the numbers [", "], create an equation t
                    "all). Give the final equation alone, without \"= ", "\", in <answer> </answer> tags, for example "
                    "<answer>(1 + 2) * 3</answer>.", "Target ", " from ", "\nTry ", ". Left: ", "\nCheck ", ". No ",
                    "\nBack to ", ". That is the target.", ". Not ", "\nSo ", "<answer>", "</answer>"]
-SEARCH_WORDS = [", ", " = ", " + ", " - ", " * ", " / "]  # trace "search": its steps' pieces, each one token
+SEARCH_WORDS = [", ", " = ", " + ", " - ", " * ", " / "]  # search_trace's steps' pieces, each one token
 
 
 @dataclasses.dataclass
@@ -148,7 +148,7 @@ class CountdownRecipe:
     name = "tiny-qwen2-countdown"
 
     def words(self) -> list[str]:
-        return WORDS[:1] + COUNTDOWN_WORDS + (SEARCH_WORDS if self.trace == "search" else [])
+        return WORDS[:1] + COUNTDOWN_WORDS + (SEARCH_WORDS if self.trace != "guided" else [])
 
     def search(self, problem: dict, rng: random.Random, max_chars: int | None = None) -> str | None:
         from tasks.countdown import search_trace, solve_trace
