@@ -552,17 +552,27 @@ def search_trace(problem: dict, rng: random.Random, max_chars: int | None = None
     followed by what is left; two numbers left are checked at once ("Check 12, 5: 7, 17, 60. No 42."), a dead end
     goes back ("Back to ..."); the first step that makes the target ends the search. A step whose result is above
     RESULT_CAP x the target is not tried (a person aiming at 42 does not go on from 19 * 18 = 342); where that prunes
-    every solution (about 1 problem in 100 at level 3) the search is written again without the cap.
+    every solution (about 1 problem in 100 at level 3) the search is written again without the cap. A step that
+    leaves numbers the search has already searched (by another route, or the same step on equal numbers) is not
+    written: the search remembers where it has been.
 
     Unlike solve_trace, every line follows from the lines before it: nothing in the text says which step is the
     solution's, so a model that imitates these searches cannot learn to expect the target after a few tries (the
     cold start trained on solve_trace's guided searches wrote the target as a wrongly computed result in 76-93 % of
-    its claims: docs/countdown.md). The search is sure to end (every problem is solvable), but its length is the
-    luck of the order: tokens of the cold start's tokenizer (CountdownRecipe().words()), generate(300, "train",
-    seed=11, levels=(L,)) searched with random.Random(1) a level: level 1 median 132, at most 422; level 2 median 759,
-    at most 8,304, 38 % within 480; level 3 median 1,106, at most 9,593, 25 % within 480. A better order than chance is what RL can learn (Stream of Search, Gandhi et al. 2024, trains on
-    such searches the same way). With `max_chars`, a search whose text grows past it is abandoned: None, or with
-    `cut` its whole lines that fit (no answer: the search as a length limit leaves it)."""
+    its claims: docs/countdown.md). That holds for the last two numbers too: they are always checked first, and the
+    step that makes the target is written only after the list shows it ("Check 10, 2: 5, 8, 12, 20." then "Try 10 +
+    2 = 12. That is the target."). Written as solve_trace writes them (a "Try" on two numbers only when one of
+    their results is the target), the choice between "Try" and "Check" would say whether the target is reachable
+    before any of it is computed, and every "Try" on two numbers would end in the target: the first build on these
+    searches, written that way, got the arithmetic of 53-68 % of its claims wrong at levels 1-3 (the target
+    written as the result), against 4-9 % of its other steps.
+    The search is sure to end (every problem is solvable), but its length is the luck of the order: tokens of the
+    cold start's tokenizer (CountdownRecipe().words()), generate(300, "train", seed=11, levels=(L,)) searched with
+    random.Random(1) a level: level 1 median 143, at most 437; level 2 median 580, at most 4,091, 44 % within 480;
+    level 3 median 800, at most 5,638, 31 % within 480. A better order than chance is what RL can learn (Stream of
+    Search, Gandhi et al. 2024, trains on such searches the same way). With `max_chars`, a search whose text grows
+    past it is abandoned: None, or with `cut` its whole lines that fit (no answer: the search as a length limit
+    leaves it)."""
     numbers, target = problem["numbers"], problem["target"]
     written = [0]
 
@@ -583,14 +593,15 @@ def search_trace(problem: dict, rng: random.Random, max_chars: int | None = None
 
     def search(items, cap, lines):
         steps = _steps(items)
-        if len(items) == 2:
-            hit = next((t for _, _, v, t in steps if v == target), None)
-            if hit is not None:
-                say(lines, f"Try {show(hit)}. That is the target.")
-                return hit
+        if len(items) == 2:  # every result first; the step that makes the target only after the list shows it
             results = ", ".join(_show(v) for v in sorted({v for _, _, v, _ in steps}))
-            say(lines, f"Check {listing(items)}: {results}. No {target}.")
-            return None
+            hit = next((t for _, _, v, t in steps if v == target), None)
+            if hit is None:
+                say(lines, f"Check {listing(items)}: {results}. No {target}.")
+                return None
+            say(lines, f"Check {listing(items)}: {results}.")
+            say(lines, f"Try {show(hit)}. That is the target.")
+            return hit
         steps = [s for s in steps if cap is None or s[2] <= cap * target]
         rng.shuffle(steps)
         for i, j, v, t in steps:
@@ -598,6 +609,10 @@ def search_trace(problem: dict, rng: random.Random, max_chars: int | None = None
             if v == target:
                 say(lines, f"Try {show(t)}. That is the target.")
                 return t
+            left = tuple(sorted(x for x, _ in rest))
+            if left in seen:  # these numbers were searched already (by another route, or the same step on equal numbers)
+                continue
+            seen.add(left)
             say(lines, f"Try {show(t)}. Left: {listing(rest)}.")
             found = search(rest, cap, lines)
             if found is not None:
@@ -606,7 +621,7 @@ def search_trace(problem: dict, rng: random.Random, max_chars: int | None = None
         return None
 
     for cap in (RESULT_CAP, None):
-        lines = [f"Target {target} from {', '.join(map(str, numbers))}."]
+        lines, seen = [f"Target {target} from {', '.join(map(str, numbers))}."], set()
         written[0] = len(lines[0])
         try:
             found = search([(x, i) for i, x in enumerate(numbers)], cap, lines)
@@ -622,7 +637,7 @@ def search_trace(problem: dict, rng: random.Random, max_chars: int | None = None
 
 
 _TRY = re.compile(r"Try (\d+(?:/\d+)?) ([-+*/]) (\d+(?:/\d+)?) = (\d+(?:/\d+)?)\. (That is the target)?")
-_CHECK = re.compile(r"Check (\d+), (\d+): ([\d, ]+)\. No ")
+_CHECK = re.compile(r"Check (\d+), (\d+): ([\d, ]+)\.(?= No |\n|$)", re.M)
 
 
 def check_trace(text: str, target: int) -> Counter:
@@ -630,12 +645,12 @@ def check_trace(text: str, target: int) -> Counter:
     wrong, and how often it says "That is the target" of a result that is not. Counts: "steps" ("Try a op b = r."
     lines), "wrong_steps" (r is not a op b), "claims" ("That is the target" lines), "false_claims" (a claim whose
     line's arithmetic is wrong or whose true result is not the target), "checks" ("Check a, b: ..." lines),
-    "wrong_checks" (the results listed are not exactly what solve_trace lists for a and b); "steps, KIND" and
+    "wrong_checks" (the results listed are not exactly what solve_trace lists for a and b; a check line ends in
+    "No <target>." or, in search_trace's searches, where the list holds the target, at its full stop); "steps, KIND" and
     "wrong steps, KIND" split the steps by operation (KIND "op +", "op -", "op *", "op /") and by the true result's
     size ("result <= 100", "result > 100"). "repeats": "Try" lines written word for word earlier in the search (the
-    same step on the same numbers: search_trace keeps no memory of the numbers it has searched, so two routes to the
-    same numbers search them twice: 9.2 % of its steps at levels 1-3, 0.7 % of solve_trace's with max_tries 3;
-    generate(300, "train", seed=9) searched with random.Random(i) for the i-th problem). A step or result
+    same step on the same numbers: none of search_trace's, 0.7 % of solve_trace's with max_tries 3; generate(300,
+    "train", seed=9) searched with random.Random(i) for the i-th problem). A step or result
     written as a fraction over 0 is a wrong step. A solver's trace has no wrong steps, false claims or wrong checks
     (tested); the verifier alone decides the reward."""
     n = Counter()

@@ -203,6 +203,16 @@ def test_search_trace():
             lines = trace.splitlines()
             assert lines[0] == f"Target {p['target']} from {', '.join(map(str, p['numbers']))}."
             assert lines[-1].startswith("<answer>") and "That is the target." in lines[-3]
+            assert audit["repeats"] == 0 and len({line for line in lines if line.startswith("Try ")}) == audit["steps"]
+            if lines[-4].startswith("Check "):  # two numbers left: the list shows the target before the step is written
+                assert str(p["target"]) in lines[-4].split(": ")[1].rstrip(".").split(", ")
+                assert not lines[-4].endswith(f"No {p['target']}.")
+            else:  # a step on three or more numbers made it: no check of two numbers ever lists the target
+                assert all(str(p["target"]) not in ln.split(": ")[1].rstrip(".").split(", ")
+                           for ln in lines if ln.startswith("Check "))
+            for i, line in enumerate(lines):  # every "Try" on two numbers follows its check
+                if line.startswith("Try ") and i and lines[i - 1].startswith("Check "):
+                    assert line.endswith("That is the target.") and i == len(lines) - 3
             results = [int(r) for r in re.findall(r"= (\d+)\. Left:", trace)]
             over += any(r > cd.RESULT_CAP * p["target"] for r in results)
             for i, line in enumerate(lines):  # a dead end goes back to a listing the search has written before
@@ -262,6 +272,9 @@ def test_check_trace():
     zero = cd.check_trace("Try 3/0 + 1 = 4. Left: 4.\nTry 6 / 0 = 2. That is the target.\nTry 1 + 1 = 2/0. Left: 2.", 2)
     assert (zero["steps"], zero["wrong_steps"], zero["claims"], zero["false_claims"]) == (3, 3, 1, 1)
     assert n["repeats"] == 0
+    # search_trace's two numbers that make the target: the check ends at its full stop, the claim follows
+    hit = cd.check_trace("Check 10, 2: 5, 8, 12, 20.\nTry 10 + 2 = 12. That is the target.\nCheck 3, 4: 1, 12.", 12)
+    assert (hit["checks"], hit["wrong_checks"], hit["claims"], hit["false_claims"]) == (2, 1, 1, 0)  # 3 + 4 = 7 missing
     loop = "Try 2 + 3 = 5. Left: 5, 4.\nCheck 5, 4: 1, 9, 20. No 7.\nBack to 2, 3, 4.\nTry 2 + 3 = 5. Left: 5, 4.\n" * 2
     assert cd.check_trace(loop, 7)["repeats"] == 3
 
