@@ -646,13 +646,14 @@ def check_trace(text: str, target: int) -> Counter:
     lines), "wrong_steps" (r is not a op b), "claims" ("That is the target" lines), "false_claims" (a claim whose
     line's arithmetic is wrong or whose true result is not the target), "checks" ("Check a, b: ..." lines),
     "wrong_checks" (the results listed are not exactly what solve_trace lists for a and b; a check line ends in
-    "No <target>." or, in search_trace's searches, where the list holds the target, at its full stop); "steps, KIND" and
-    "wrong steps, KIND" split the steps by operation (KIND "op +", "op -", "op *", "op /") and by the true result's
-    size ("result <= 100", "result > 100"). "repeats": "Try" lines written word for word earlier in the search (the
-    same step on the same numbers: none of search_trace's, 0.7 % of solve_trace's with max_tries 3; generate(300,
-    "train", seed=9) searched with random.Random(i) for the i-th problem). A step or result
-    written as a fraction over 0 is a wrong step. A solver's trace has no wrong steps, false claims or wrong checks
-    (tested); the verifier alone decides the reward."""
+    "No <target>." or, in search_trace's searches, where the list holds the target, at its full stop); "steps,
+    KIND" and "wrong steps, KIND" split the steps by operation (KIND "op +", "op -", "op *", "op /"), by the true
+    result's size ("result <= 100", "result > 100") and by whether the line claims the target ("claim", "no
+    claim"). "repeats": "Try" lines written word for word earlier in the search (the same step on the same numbers:
+    none of search_trace's, 0.7 % of solve_trace's with max_tries 3; generate(300, "train", seed=9) searched with
+    random.Random(i) for the i-th problem). A step or result written as a fraction over 0 is a wrong step. A
+    solver's trace has no wrong steps, false claims or wrong checks (tested); the verifier alone decides the
+    reward."""
     n = Counter()
     tried = Counter(line for line in text.splitlines() if line.startswith("Try "))
     n["repeats"] = sum(k - 1 for k in tried.values())
@@ -664,7 +665,8 @@ def check_trace(text: str, target: int) -> Counter:
         true = {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else None}[m[2]]
         n["steps"] += 1
         n["wrong_steps"] += true != r
-        for kind in (f"op {m[2]}", "result > 100" if true is not None and true > 100 else "result <= 100"):
+        for kind in (f"op {m[2]}", "result > 100" if true is not None and true > 100 else "result <= 100",
+                     "claim" if m[5] else "no claim"):
             n[f"steps, {kind}"] += 1
             n[f"wrong steps, {kind}"] += true != r
         if m[5]:

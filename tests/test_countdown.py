@@ -268,6 +268,7 @@ def test_check_trace():
     assert (n["steps, op +"], n["wrong steps, op +"], n["steps, op -"], n["wrong steps, op -"]) == (1, 1, 1, 1)
     assert (n["steps, op *"], n["wrong steps, op *"], n["steps, op /"], n["wrong steps, op /"]) == (1, 0, 1, 0)
     assert (n["steps, result <= 100"], n["wrong steps, result <= 100"], n["steps, result > 100"]) == (4, 2, 0)
+    assert (n["steps, claim"], n["wrong steps, claim"], n["steps, no claim"], n["wrong steps, no claim"]) == (3, 1, 1, 1)
     assert cd.check_trace("Try 12 * 11 = 132. Left: 3.\nTry 20 * 7 = 104. Left: 1.", 5)["wrong steps, result > 100"] == 1
     zero = cd.check_trace("Try 3/0 + 1 = 4. Left: 4.\nTry 6 / 0 = 2. That is the target.\nTry 1 + 1 = 2/0. Left: 2.", 2)
     assert (zero["steps"], zero["wrong_steps"], zero["claims"], zero["false_claims"]) == (3, 3, 1, 1)
