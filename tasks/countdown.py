@@ -650,7 +650,7 @@ def check_trace(text: str, target: int) -> Counter:
     KIND" and "wrong steps, KIND" split the steps by operation (KIND "op +", "op -", "op *", "op /"), by the true
     result's size ("result <= 100", "result > 100") and by whether the line claims the target ("claim", "no
     claim"). "repeats": "Try" lines written word for word earlier in the search (the same step on the same numbers:
-    none of search_trace's, 0.7 % of solve_trace's with max_tries 3; generate(300, "train", seed=9) searched with
+    none of search_trace's, 0.1 % of solve_trace's with max_tries 3; generate(300, "train", seed=9) searched with
     random.Random(i) for the i-th problem). A step or result written as a fraction over 0 is a wrong step. A
     solver's trace has no wrong steps, false claims or wrong checks (tested); the verifier alone decides the
     reward."""
