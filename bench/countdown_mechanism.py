@@ -6,7 +6,9 @@ length limit); an answer the verifier rejects (a number not given or used twice,
 search with an arithmetic slip in it; a wrong answer without one. Then, over all of the searches' lines
 (tasks/countdown.py check_trace): the share of "Try a op b = r." steps whose arithmetic is wrong, of "That is the
 target" claims that are false, and of "Check a, b: ..." lines that list the wrong results (and the wrong steps' share by
-operation and by the size of the true result); the share of groups with at
+operation, by the size of the true result and by whether the step claims the target); the checks' decisions (how
+many list the target and say "No"; of those that go on to a step as if the target were listed, the share whose list
+does not hold it); the share of groups with at
 least one correct response (the groups that carry a GRPO signal); the mean length (of all, of the correct and of the
 wrong responses) and the mean negative log-probability per sampled token.
 
@@ -78,6 +80,8 @@ def audit(model_path: str, problems: int, samples: int, max_new: int, seed: int)
                      "false_claims": lines["false_claims"] / max(lines["claims"], 1), "claims": lines["claims"],
                      "wrong_checks": lines["wrong_checks"] / max(lines["checks"], 1), "checks": lines["checks"],
                      "repeated_tries": lines["repeats"] / max(lines["steps"], 1),
+                     "missed_targets": lines["missed_targets"], "check_hits": lines["check_hits"],
+                     "unfounded_hits": lines["unfounded_hits"] / max(lines["check_hits"], 1),
                      "wrong_steps_by_kind": {k[len("steps, "):]: round(lines["wrong " + k] / lines[k], 3)
                                              for k in sorted(lines) if k.startswith("steps, ")},
                      "groups_with_signal": signal / len(examples), "length": statistics.mean(lengths),

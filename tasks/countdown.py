@@ -637,7 +637,7 @@ def search_trace(problem: dict, rng: random.Random, max_chars: int | None = None
 
 
 _TRY = re.compile(r"Try (\d+(?:/\d+)?) ([-+*/]) (\d+(?:/\d+)?) = (\d+(?:/\d+)?)\. (That is the target)?")
-_CHECK = re.compile(r"Check (\d+), (\d+): ([\d, ]+)\.(?= No |\n|$)", re.M)
+_CHECK = re.compile(r"Check (\d+), (\d+): ([\d, ]+)\.(?=( No |\nTry |\n|$))", re.M)
 
 
 def check_trace(text: str, target: int) -> Counter:
@@ -649,9 +649,11 @@ def check_trace(text: str, target: int) -> Counter:
     "No <target>." or, in search_trace's searches, where the list holds the target, at its full stop); "steps,
     KIND" and "wrong steps, KIND" split the steps by operation (KIND "op +", "op -", "op *", "op /"), by the true
     result's size ("result <= 100", "result > 100") and by whether the line claims the target ("claim", "no
-    claim"). "repeats": "Try" lines written word for word earlier in the search (the same step on the same numbers:
-    none of search_trace's, 0.1 % of solve_trace's with max_tries 3; generate(300, "train", seed=9) searched with
-    random.Random(i) for the i-th problem). A step or result written as a fraction over 0 is a wrong step. A
+    claim"). A check's decision: "missed_targets" (a check that lists the target and says "No"), "check_hits" (a
+    check followed by a "Try" line: search_trace's way of saying its list holds the target) and "unfounded_hits"
+    (those whose list does not hold it). "repeats": "Try" lines written word for word earlier in the search (the
+    same step on the same numbers: none of search_trace's, 0.1 % of solve_trace's with max_tries 3; generate(300,
+    "train", seed=9) searched with random.Random(i) for the i-th problem). A step or result written as a fraction over 0 is a wrong step. A
     solver's trace has no wrong steps, false claims or wrong checks (tested); the verifier alone decides the
     reward."""
     n = Counter()
@@ -675,6 +677,12 @@ def check_trace(text: str, target: int) -> Counter:
     for m in _CHECK.finditer(text):
         a, b = int(m[1]), int(m[2])
         want = sorted({v for v, _ in _combine(a, None, b, None) if isinstance(v, int) and v != 0})
+        listed = [int(x) for x in m[3].replace(" ", "").split(",") if x]
         n["checks"] += 1
-        n["wrong_checks"] += [int(x) for x in m[3].replace(" ", "").split(",") if x] != want
+        n["wrong_checks"] += listed != want
+        if m[4] == " No ":  # the check says the target is not there
+            n["missed_targets"] += target in listed
+        elif m[4] == "\nTry ":  # it goes on to a step on these two numbers: the target is there
+            n["check_hits"] += 1
+            n["unfounded_hits"] += target not in listed
     return n

@@ -203,6 +203,7 @@ def test_search_trace():
             lines = trace.splitlines()
             assert lines[0] == f"Target {p['target']} from {', '.join(map(str, p['numbers']))}."
             assert lines[-1].startswith("<answer>") and "That is the target." in lines[-3]
+            assert audit["missed_targets"] == audit["unfounded_hits"] == 0 and audit["check_hits"] == lines[-4].startswith("Check")
             assert audit["repeats"] == 0 and len({line for line in lines if line.startswith("Try ")}) == audit["steps"]
             if lines[-4].startswith("Check "):  # two numbers left: the list shows the target before the step is written
                 assert str(p["target"]) in lines[-4].split(": ")[1].rstrip(".").split(", ")
@@ -254,7 +255,7 @@ def test_check_trace():
         for p in cd.generate(60, seed=3, levels=(level,)):
             total += cd.check_trace(cd.solve_trace(p, random.Random(1), max_tries=3), p["target"])
     assert total["steps"] > 500 and total["claims"] == 180 and total["checks"] > 100
-    assert total["wrong_steps"] == total["false_claims"] == total["wrong_checks"] == 0
+    assert total["wrong_steps"] == total["false_claims"] == total["wrong_checks"] == total["missed_targets"] == 0
     text = ("Try 3 + 4 = 8. Left: 8, 2.\n"  # wrong arithmetic
             "Try 8 * 2 = 16. That is the target.\n"  # right arithmetic, not the target (6): a false claim
             "Try 9 - 2 = 6. That is the target.\n"  # wrong arithmetic (9 - 2 = 7) and a false claim
@@ -276,6 +277,9 @@ def test_check_trace():
     # search_trace's two numbers that make the target: the check ends at its full stop, the claim follows
     hit = cd.check_trace("Check 10, 2: 5, 8, 12, 20.\nTry 10 + 2 = 12. That is the target.\nCheck 3, 4: 1, 12.", 12)
     assert (hit["checks"], hit["wrong_checks"], hit["claims"], hit["false_claims"]) == (2, 1, 1, 0)  # 3 + 4 = 7 missing
+    assert (hit["check_hits"], hit["unfounded_hits"], hit["missed_targets"]) == (1, 0, 0)
+    said = cd.check_trace("Check 7, 3: 4, 10, 21. No 21.\nCheck 4, 4: 1, 8, 16.\nTry 4 * 4 = 14. That is the target.", 21)
+    assert (said["missed_targets"], said["check_hits"], said["unfounded_hits"], said["false_claims"]) == (1, 1, 1, 1)
     loop = "Try 2 + 3 = 5. Left: 5, 4.\nCheck 5, 4: 1, 9, 20. No 7.\nBack to 2, 3, 4.\nTry 2 + 3 = 5. Left: 5, 4.\n" * 2
     assert cd.check_trace(loop, 7)["repeats"] == 3
 
