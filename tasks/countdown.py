@@ -653,9 +653,9 @@ def check_trace(text: str, target: int) -> Counter:
     check followed by a "Try" line: search_trace's way of saying its list holds the target) and "unfounded_hits"
     (those whose list does not hold it). "repeats": "Try" lines written word for word earlier in the search (the
     same step on the same numbers: none of search_trace's, 0.1 % of solve_trace's with max_tries 3; generate(300,
-    "train", seed=9) searched with random.Random(i) for the i-th problem). A step or result written as a fraction over 0 is a wrong step. A
-    solver's trace has no wrong steps, false claims or wrong checks (tested); the verifier alone decides the
-    reward."""
+    "train", seed=9) searched with random.Random(i) for the i-th problem). A step or result written as a fraction
+    over 0 is a wrong step. A solver's trace has no wrong steps, false claims or wrong checks (tested); the verifier
+    alone decides the reward."""
     n = Counter()
     tried = Counter(line for line in text.splitlines() if line.startswith("Try "))
     n["repeats"] = sum(k - 1 for k in tried.values())
