@@ -610,7 +610,7 @@ def search_trace(problem: dict, rng: random.Random, max_chars: int | None = None
                 say(lines, f"Try {show(t)}. That is the target.")
                 return t
             left = tuple(sorted(x for x, _ in rest))
-            if left in seen:  # these numbers were searched already (by another route, or the same step on equal numbers)
+            if left in seen:  # searched already (by another route, or the same step on equal numbers)
                 continue
             seen.add(left)
             say(lines, f"Try {show(t)}. Left: {listing(rest)}.")
