@@ -637,7 +637,7 @@ def search_trace(problem: dict, rng: random.Random, max_chars: int | None = None
 
 
 _TRY = re.compile(r"Try (\d+(?:/\d+)?) ([-+*/]) (\d+(?:/\d+)?) = (\d+(?:/\d+)?)\. (That is the target)?")
-_CHECK = re.compile(r"Check (\d+), (\d+): ([\d, ]+)\.(?=( No |\nTry |\n|$))", re.M)
+_CHECK = re.compile(r"Check (\d+), (\d+): ([\d, ]+)\.(?=( No |\nTry |\n|$))")
 
 
 def check_trace(text: str, target: int) -> Counter:
