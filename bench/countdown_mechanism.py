@@ -8,7 +8,10 @@ search with an arithmetic slip in it; a wrong answer without one. Then, over all
 target" claims that are false, and of "Check a, b: ..." lines that list the wrong results (and the wrong steps' share by
 operation, by the size of the true result and by whether the step claims the target); the checks' decisions (how
 many list the target and say "No"; of those that go on to a step as if the target were listed, the share whose list
-does not hold it); the share of groups with at
+does not hold it); the same decision with the search given (teacher-forced on search_trace's searches of the same
+problems: the probability the model gives to "the list holds the target" at the end of each check's list, for lists
+that hold it and lists that do not, which tells a decision not learned from one made right but off the data's
+contexts); the share of groups with at
 least one correct response (the groups that carry a GRPO signal); the mean length (of all, of the correct and of the
 wrong responses) and the mean negative log-probability per sampled token.
 
@@ -87,9 +90,53 @@ def audit(model_path: str, problems: int, samples: int, max_new: int, seed: int)
                      "groups_with_signal": signal / len(examples), "length": statistics.mean(lengths),
                      "length_correct": statistics.mean(right_len) if right_len else None,
                      "length_wrong": statistics.mean(wrong_len) if wrong_len else None,
-                     "nll": -sum(logprobs) / max(len(logprobs), 1), "seconds": round(time.time() - t0, 1)})
+                     "nll": -sum(logprobs) / max(len(logprobs), 1),
+                     "decision_given_the_search": decision(model, tok, examples, seed),
+                     "seconds": round(time.time() - t0, 1)})
         print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def decision(model, tok, examples, seed: int) -> dict | None:
+    """The check's decision with the search given (teacher-forced): for held-out problems, search_trace's searches
+    (random.Random(seed + i) for the i-th problem; those within 1,440 characters, the SFT data's bound), and at the
+    end of each check's list the model's probability that the list holds the target: p(".") / (p(".") + p(". No ")),
+    the two pieces that follow a list that holds it and one that does not. None when the tokenizer does not have both
+    as one token each (a model of another format)."""
+    import random
+    import re
+
+    import torch
+
+    from tasks.countdown import search_trace
+    from tasks.templates import build_prompt
+
+    ids = [tok(x, add_special_tokens=False)["input_ids"] for x in (".", ". No ")]
+    if any(len(i) != 1 for i in ids):
+        return None
+    (dot,), (no,) = ids
+    hit, miss, late = [], [], []
+    for i, e in enumerate(examples):
+        text = search_trace(e.answer, random.Random(seed + i), 1440)
+        if text is None:
+            continue
+        prompt = build_prompt(tok, e.prompt, "countdown")
+        enc = tok(prompt + text, add_special_tokens=False, return_offsets_mapping=True)
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=torch.tensor([enc["input_ids"]])).logits[0].float(), -1)
+        starts = [a for a, _ in enc["offset_mapping"]]
+        for k, m in enumerate(re.finditer(r"Check \d+, \d+: [\d, ]+(?=\.)", text)):
+            j = starts.index(len(prompt) + m.end())  # the token after the list: "." or ". No "
+            p_dot, p_no = logp[j - 1, dot].exp().item(), logp[j - 1, no].exp().item()
+            p = p_dot / (p_dot + p_no)
+            holds = text.startswith(".\nTry", m.end())
+            (hit if holds else miss).append(p)
+            if not holds and k >= 4:
+                late.append(p)
+    mean = lambda v: round(statistics.mean(v), 3) if v else None  # noqa: E731
+    return {"checks_holding": len(hit), "p_holds_when_it_does": mean(hit), "checks_not_holding": len(miss),
+            "p_holds_when_it_does_not": mean(miss), "p_holds_when_it_does_not_5th_check_on": mean(late),
+            "decided_wrong": round((sum(p <= 0.5 for p in hit) + sum(p > 0.5 for p in miss)) / max(1, len(hit) + len(miss)), 3)}
 
 
 def table(rows: list[dict]) -> str:

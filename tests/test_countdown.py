@@ -2,6 +2,7 @@
 
 Run:  python -m pytest -q tests/test_countdown.py
 """
+import math
 import os
 import random
 import time
@@ -421,6 +422,47 @@ def test_mechanism_bench_runs_on_a_model(tmp_path):
         assert abs(sum(x[k] for k in ("correct", "no answer", "rejected answer", "wrong, slip in search",
                                       "wrong, no slip")) - 1) < 1e-9
         assert x["nll"] > 0 and x["length"] <= 16
+        d = x["decision_given_the_search"]  # the random model's, on the searches of the level's 3 problems
+        assert d["checks_holding"] >= 1 and d["checks_not_holding"] >= 1
+        assert 0 <= d["p_holds_when_it_does"] <= 1 and 0 <= d["p_holds_when_it_does_not"] <= 1
     r = subprocess.run([sys.executable, "bench/countdown_mechanism.py", str(tmp_path)], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.strip() == f"error: {tmp_path}: not a model directory (no config.json)"
+
+
+def test_mechanism_decision_reads_the_token_after_each_list():
+    """bench/countdown_mechanism.decision: a model that puts all its probability on the data's own next token (an
+    oracle) says "holds" with p = 1 after every list that holds the target and 0 after every other, decided wrong 0;
+    one that gives "." and ". No " 0.3 and 0.1 everywhere says 0.75 after each list, so every list that does not
+    hold the target is decided wrong."""
+    import importlib.util
+    import types
+
+    import torch
+
+    from tools import tiny
+
+    spec = importlib.util.spec_from_file_location("countdown_mechanism", os.path.join(ROOT, "bench", "countdown_mechanism.py"))
+    mech = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mech)
+    recipe = tiny.CountdownRecipe()
+    tok = tiny.build_tokenizer(recipe.words(), recipe.positions)
+    dot, no = tok(".", add_special_tokens=False)["input_ids"][0], tok(". No ", add_special_tokens=False)["input_ids"][0]
+    examples = cd.countdown_task(6, "test", 0, levels=(1,))
+
+    def oracle(input_ids):
+        logits = torch.full((1, input_ids.shape[1], 128), -1e4)
+        logits[0, torch.arange(input_ids.shape[1] - 1), input_ids[0, 1:]] = 0.0
+        return types.SimpleNamespace(logits=logits)
+
+    def flat(input_ids):
+        logits = torch.full((1, input_ids.shape[1], 128), -1e4)
+        logits[..., dot], logits[..., no] = math.log(0.3), math.log(0.1)
+        return types.SimpleNamespace(logits=logits)
+
+    d = mech.decision(oracle, tok, examples, 0)
+    assert d["checks_holding"] >= 3 and d["checks_not_holding"] >= 3
+    assert (d["p_holds_when_it_does"], d["p_holds_when_it_does_not"], d["decided_wrong"]) == (1.0, 0.0, 0.0)
+    f = mech.decision(flat, tok, examples, 0)
+    assert (f["p_holds_when_it_does"], f["p_holds_when_it_does_not"]) == (0.75, 0.75)
+    assert f["decided_wrong"] == round(f["checks_not_holding"] / (f["checks_holding"] + f["checks_not_holding"]), 3)
