@@ -91,18 +91,20 @@ def audit(model_path: str, problems: int, samples: int, max_new: int, seed: int)
                      "length_correct": statistics.mean(right_len) if right_len else None,
                      "length_wrong": statistics.mean(wrong_len) if wrong_len else None,
                      "nll": -sum(logprobs) / max(len(logprobs), 1),
-                     "decision_given_the_search": decision(model, tok, examples, seed),
+                     "decision_given_the_search": decision(model, tok, countdown_task(5 * problems, "test", 0, levels=(level,)), seed),
                      "seconds": round(time.time() - t0, 1)})
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
 def decision(model, tok, examples, seed: int) -> dict | None:
-    """The check's decision with the search given (teacher-forced): for held-out problems, search_trace's searches
-    (random.Random(seed + i) for the i-th problem; those within 1,440 characters, the SFT data's bound), and at the
+    """The check's decision with the search given (teacher-forced): for held-out problems (the audit's level, 5 x
+    --problems of them: the searches within the bound below hold few checks that list the target), search_trace's
+    searches (random.Random(seed + i) for the i-th problem; those within 1,440 characters, the SFT data's bound); at the
     end of each check's list the model's probability that the list holds the target: p(".") / (p(".") + p(". No ")),
     the two pieces that follow a list that holds it and one that does not. None when the tokenizer does not have both
-    as one token each (a model of another format)."""
+    as one token each. It reads a model SFT'd on search_trace's searches as they are now (a check on the last two
+    numbers first, then the step: tasks/countdown.py); on another format's model the figures mean nothing."""
     import random
     import re
 
@@ -139,14 +141,20 @@ def decision(model, tok, examples, seed: int) -> dict | None:
             "decided_wrong": round((sum(p <= 0.5 for p in hit) + sum(p > 0.5 for p in miss)) / max(1, len(hit) + len(miss)), 3)}
 
 
+def held(d: dict | None) -> str:
+    return "-" if not d or d["p_holds_when_it_does"] is None or d["p_holds_when_it_does_not"] is None else (
+        f"{d['p_holds_when_it_does']:.2f} / {d['p_holds_when_it_does_not']:.2f}")
+
+
 def table(rows: list[dict]) -> str:
     out = ["| model | level | " + " | ".join(OUTCOMES) + " | wrong steps | false claims | wrong checks | groups with a "
-           "correct response | repeated tries | mean length | NLL / token |", "|" + "---|" * (14 + len(OUTCOMES) - 5)]
+           "correct response | repeated tries | mean length | NLL / token | search given: p(holds) when it does / "
+           "does not |", "|" + "---|" * (15 + len(OUTCOMES) - 5)]
     for r in rows:
         out.append(f"| {r['model']} | {r['level']} | " + " | ".join(f"{r[k]:.3f}" for k in OUTCOMES)
                    + f" | {r['wrong_steps']:.3f} of {r['steps']} | {r['false_claims']:.3f} of {r['claims']}"
                    f" | {r['wrong_checks']:.3f} of {r['checks']} | {r['groups_with_signal']:.3f} | {r['repeated_tries']:.3f}"
-                   f" | {r['length']:.0f} | {r['nll']:.3f} |")
+                   f" | {r['length']:.0f} | {r['nll']:.3f} | {held(r['decision_given_the_search'])} |")
     return "\n".join(out)
 
 
