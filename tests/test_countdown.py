@@ -466,3 +466,37 @@ def test_mechanism_decision_reads_the_token_after_each_list():
     f = mech.decision(flat, tok, examples, 0)
     assert (f["p_holds_when_it_does"], f["p_holds_when_it_does_not"]) == (0.75, 0.75)
     assert f["decided_wrong"] == round(f["checks_not_holding"] / (f["checks_holding"] + f["checks_not_holding"]), 3)
+
+
+def _bench(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "bench", name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_decision_trials_forms():
+    """bench/countdown_decision.py: target-in-check writes the target in each check and stops the list at it; a drill's
+    checks list their results exactly and say "No" exactly where the target is missing; bad arguments: one error line."""
+    import subprocess
+    import sys
+
+    dec = _bench("countdown_decision")
+    search = ("Target 22 from 8, 3, 2.\nTry 3 + 2 = 5. Left: 8, 5.\nCheck 8, 5: 3, 13, 40. No 22.\nBack to 8, 3, 2.\n"
+              "Try 8 + 3 = 11. Left: 2, 11.\nCheck 2, 11: 9, 13, 22.\nTry 2 * 11 = 22. That is the target.")
+    assert dec.with_target("plain", search, 22) == search
+    assert dec.with_target("target-in-check", search, 22).splitlines()[2:6:3] == [
+        "Check 8, 5 for 22: 3, 13, 40. No.", "Check 2, 11 for 22: 9, 13, 22 is the target."]
+    assert dec.with_target("target-in-check", "Check 2, 11: 9, 13, 22, 33.", 13) == "Check 2, 11 for 13: 9, 13 is the target."
+    text = dec.drill(24, random.Random(0))
+    lines = text.splitlines()
+    assert lines[0] == "Target 24." and len(lines) == 9
+    audit = cd.check_trace(text, 24)
+    assert audit["checks"] == 8 and audit["wrong_checks"] == audit["missed_targets"] == 0
+    holding = sum(not line.endswith("No 24.") for line in lines[1:])
+    assert holding == sum(24 in dec.results(*map(int, line[6:line.index(":")].split(", "))) for line in lines[1:])
+    r = subprocess.run([sys.executable, "bench/countdown_decision.py", "plain", "--steps", "0"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip() == "error: --steps must be >= 1, got 0"
