@@ -217,16 +217,13 @@ def given(variant: str, model, tok) -> dict:
     """The decision with the search given, on 200 held-out level-1 problems (random.Random(i) for the i-th)."""
     import importlib.util
 
-    import torch
-
     from tasks.countdown import countdown_task, search_trace
-    from tasks.templates import build_prompt
 
+    spec = importlib.util.spec_from_file_location("countdown_mechanism", os.path.join(ROOT, "bench", "countdown_mechanism.py"))
+    mech = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mech)
     examples = countdown_task(200, "test", 0, levels=(1,))
     if not variant.startswith("target-in-check"):
-        spec = importlib.util.spec_from_file_location("countdown_mechanism", os.path.join(ROOT, "bench", "countdown_mechanism.py"))
-        mech = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mech)
         return mech.decision(model, tok, examples, 0)
     ids = {w: piece(tok, w) for w in (" is the target.", ", ", ". No.")}
     at, other = [], []
@@ -235,14 +232,10 @@ def given(variant: str, model, tok) -> dict:
         text = with_target(variant, search_trace(e.answer, random.Random(i), 1440), target)
         if text is None:
             continue
-        prompt = build_prompt(tok, e.prompt, "countdown")
-        enc = tok(prompt + text, add_special_tokens=False, return_offsets_mapping=True)
-        with torch.no_grad():
-            logp = torch.log_softmax(model(input_ids=torch.tensor([enc["input_ids"]])).logits[0].float(), -1)
-        starts = [a for a, _ in enc["offset_mapping"]]
+        n, starts, logp = mech.forced(model, tok, e, text)
         for m in re.finditer(r"Check \d+, \d+ for \d+: ([\d, ]+)", text):
             for r in re.finditer(r"\d+", m[1]):
-                j = starts.index(len(prompt) + m.start(1) + r.end())
+                j = starts.index(n + m.start(1) + r.end())
                 q = {w: logp[j - 1, t].exp().item() for w, t in ids.items()}
                 (at if int(r[0]) == target else other).append(q[" is the target."] / sum(q.values()))
     mean = lambda v: round(statistics.mean(v), 3) if v else None  # noqa: E731

@@ -97,6 +97,20 @@ def audit(model_path: str, problems: int, samples: int, max_new: int, seed: int)
     return rows
 
 
+def forced(model, tok, example, text: str):
+    """`text` read by the model as its response to `example`'s prompt (teacher-forced): the prompt's length in
+    characters, each token's first character, and the log-probabilities of the next token at each position."""
+    import torch
+
+    from tasks.templates import build_prompt
+
+    prompt = build_prompt(tok, example.prompt, "countdown")
+    enc = tok(prompt + text, add_special_tokens=False, return_offsets_mapping=True)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=torch.tensor([enc["input_ids"]])).logits[0].float(), -1)
+    return len(prompt), [a for a, _ in enc["offset_mapping"]], logp
+
+
 def decision(model, tok, examples, seed: int) -> dict | None:
     """The check's decision with the search given (teacher-forced): for held-out problems (the audit's level, 5 x
     --problems of them: the searches within the bound below hold few checks that list the target), search_trace's
@@ -108,10 +122,7 @@ def decision(model, tok, examples, seed: int) -> dict | None:
     import random
     import re
 
-    import torch
-
     from tasks.countdown import search_trace
-    from tasks.templates import build_prompt
 
     ids = [tok(x, add_special_tokens=False)["input_ids"] for x in (".", ". No ")]
     if any(len(i) != 1 for i in ids):
@@ -122,13 +133,9 @@ def decision(model, tok, examples, seed: int) -> dict | None:
         text = search_trace(e.answer, random.Random(seed + i), 1440)
         if text is None:
             continue
-        prompt = build_prompt(tok, e.prompt, "countdown")
-        enc = tok(prompt + text, add_special_tokens=False, return_offsets_mapping=True)
-        with torch.no_grad():
-            logp = torch.log_softmax(model(input_ids=torch.tensor([enc["input_ids"]])).logits[0].float(), -1)
-        starts = [a for a, _ in enc["offset_mapping"]]
+        n, starts, logp = forced(model, tok, e, text)
         for k, m in enumerate(re.finditer(r"Check \d+, \d+: [\d, ]+(?=\.)", text)):
-            j = starts.index(len(prompt) + m.end())  # the token after the list: "." or ". No "
+            j = starts.index(n + m.end())  # the token after the list: "." or ". No "
             p_dot, p_no = logp[j - 1, dot].exp().item(), logp[j - 1, no].exp().item()
             p = p_dot / (p_dot + p_no)
             holds = text.startswith(".\nTry", m.end())
