@@ -9,10 +9,9 @@ target" claims that are false, and of "Check a, b: ..." lines that list the wron
 operation, by the size of the true result and by whether the step claims the target); the checks' decisions (how
 many list the target and say "No"; of those that go on to a step as if the target were listed, the share whose list
 does not hold it); the same decision with the search given (teacher-forced on search_trace's searches of five times
-as many held-out problems of the level: the probability the model gives to "the list holds the target" at the end of each check's list, for lists
-that hold it and lists that do not, which tells a decision not learned from one made right but off the data's
-contexts); the share of groups with at
-least one correct response (the groups that carry a GRPO signal); the mean length (of all, of the correct and of the
+as many held-out problems of the level: the probability the model gives to "the list holds the target" at the end
+of each check's list, for lists that hold it and lists that do not, which tells a decision not learned from one
+made right but off the data's contexts); the share of groups with at least one correct response (the groups that carry a GRPO signal); the mean length (of all, of the correct and of the
 wrong responses) and the mean negative log-probability per sampled token.
 
 Run:  python bench/countdown_mechanism.py MODEL [MODEL ...] [--problems 40] [--samples 8]
