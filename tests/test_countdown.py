@@ -430,21 +430,27 @@ def test_mechanism_bench_runs_on_a_model(tmp_path):
     assert r.returncode == 2 and r.stderr.strip() == f"error: {tmp_path}: not a model directory (no config.json)"
 
 
+def _bench(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "bench", name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def test_mechanism_decision_reads_the_token_after_each_list():
     """bench/countdown_mechanism.decision: a model that puts all its probability on the data's own next token (an
     oracle) says "holds" with p = 1 after every list that holds the target and 0 after every other, decided wrong 0;
     one that gives "." and ". No " 0.3 and 0.1 everywhere says 0.75 after each list, so every list that does not
     hold the target is decided wrong."""
-    import importlib.util
     import types
 
     import torch
 
     from tools import tiny
 
-    spec = importlib.util.spec_from_file_location("countdown_mechanism", os.path.join(ROOT, "bench", "countdown_mechanism.py"))
-    mech = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mech)
+    mech = _bench("countdown_mechanism")
     recipe = tiny.CountdownRecipe()
     tok = tiny.build_tokenizer(recipe.words(), recipe.positions)
     dot, no = tok(".", add_special_tokens=False)["input_ids"][0], tok(". No ", add_special_tokens=False)["input_ids"][0]
@@ -466,15 +472,6 @@ def test_mechanism_decision_reads_the_token_after_each_list():
     f = mech.decision(flat, tok, examples, 0)
     assert (f["p_holds_when_it_does"], f["p_holds_when_it_does_not"]) == (0.75, 0.75)
     assert f["decided_wrong"] == round(f["checks_not_holding"] / (f["checks_holding"] + f["checks_not_holding"]), 3)
-
-
-def _bench(name):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "bench", name + ".py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_decision_trials_forms():
