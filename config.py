@@ -217,8 +217,9 @@ class Config:
                                 "code reward -code, with --reward countdown the Countdown model)")
     train_data: str = flag(DATA, "builtin", "'builtin' (the built-in task of the reward's kind: math, code with a code "
                                             "reward, Countdown with --reward countdown), 'builtin-math', "
-                                            "'builtin-code', 'builtin-countdown', or a .jsonl/.json/.parquet file or "
-                                            "hub dataset name")
+                                            "'builtin-code', 'builtin-countdown' (its levels: "
+                                            "'builtin-countdown:1', ...), or a .jsonl/.json/.parquet file or hub "
+                                            "dataset name")
     eval_data: str = flag(DATA, "builtin", "'builtin' (held-out split of the built-in task of the reward's kind), "
                                            "'builtin-math', 'builtin-code', 'builtin-countdown', or a file / hub "
                                            "dataset name")
@@ -641,7 +642,7 @@ def parse_config(argv=None, description: str = "") -> Config:
         raise SystemExit(f"error: --recipe: {recipe!r} is not one of {', '.join(RECIPES)}")
     ap.set_defaults(**RECIPES[recipe])  # a recipe changes defaults; flags given on the command line still win
     first = vars(ap.parse_known_args(argv)[0])
-    if first["reward"] == "countdown" or first["train_data"] == "builtin-countdown":  # the Countdown task's defaults
+    if first["reward"] == "countdown" or first["train_data"].partition(":")[0] == "builtin-countdown":  # its defaults
         ap.set_defaults(**countdown_defaults(RECIPES[recipe]))
     if vars(ap.parse_known_args(argv)[0])["lora_rank"]:  # LoRA: its own lr default (lora.LR_SCALE x full fine-tuning's)
         from trainer import lora
@@ -650,6 +651,8 @@ def parse_config(argv=None, description: str = "") -> Config:
     if vars(ap.parse_known_args(argv)[0])["rollout_lag"]:  # off-policy by one step: the decoupled loss's cap (2.0)
         ap.set_defaults(tis_cap=ap.get_default("tis_cap") or 2.0)
     ns = vars(ap.parse_args(argv))
+    if ns["eval_data"] == "builtin" and ns["train_data"].startswith("builtin-countdown:"):
+        ns["eval_data"] = ns["train_data"]  # held out from the levels trained on (run_config.json says which)
     if ns["mini_batch_size"] > ns["batch_size"] >= 1 and "mini_batch_size" not in given_flags(ap, argv):
         ns["mini_batch_size"] = ns["batch_size"]  # a batch below the mini-batch default is one mini-batch (mu = epochs)
     cfg = Config(**ns)

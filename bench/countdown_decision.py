@@ -28,6 +28,11 @@ the target and where it does not (target-in-check: at each result, where it is t
 counts (steps, wrong steps, claims, false claims, checks, wrong checks, checks that go on to a claim and those of them
 whose list lacks the target, targets listed and missed, repeated tries).
 
+The attempts trials are measured on their own form (tasks/countdown.py check_attempts): sampled, 8 searches at T = 1
+for each of 50 held-out problems and greedy on 200 (400 new tokens each); with the search given, attempt_trace's
+searches (guided 0, 16 attempts) of 200 held-out problems, p("yes") against p("no") at each check where the attempt
+makes the target and where it does not. Their SFT problems are drawn at random from the 1,000 (not in turn).
+
 Run:  python bench/countdown_decision.py plain number-tokens [--steps 500] [--out DIR]
       python bench/countdown_decision.py --measure DIR --variant plain   # the decision of a model saved by a trial
 """
@@ -47,7 +52,9 @@ from collections import Counter
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-VARIANTS = ("plain", "target-in-check", "target-in-check-weighted", "number-tokens", "check-drill", "decision-weighted")
+VARIANTS = ("plain", "target-in-check", "target-in-check-weighted", "number-tokens", "check-drill", "decision-weighted",
+            "attempts", "attempts-guided")
+ATTEMPTS = {"attempts": (16, 0.0), "attempts-guided": (8, 0.25)}  # attempt_trace's max_attempts and guided
 TARGET_PIECES = [" for ", " is the target.", ". No."]  # target-in-check's pieces, one token each
 _CHECK = re.compile(r"^Check (\d+), (\d+): ([\d, ]+)\.( No (\d+)\.)?$")
 _CHECK_T = re.compile(r"Check (\d+), (\d+) for (\d+): ([\d, ]+?)( is the target\.|\. No\.)")
@@ -103,7 +110,7 @@ def piece(tok, text: str) -> int:
 def trial(variant: str, steps: int, out: str) -> dict:
     import torch
 
-    from tasks.countdown import check_trace, countdown_reward, countdown_task, search_trace
+    from tasks.countdown import attempt_trace, check_trace, countdown_reward, countdown_task, search_trace
     from tasks.templates import build_prompt
     from tools import tiny
 
@@ -120,8 +127,15 @@ def trial(variant: str, steps: int, out: str) -> dict:
     rng = random.Random(0)
     problems = countdown_task(1000, "train", 1, levels=(1,))
     order = [dataclasses.replace(problems[i % len(problems)]) for i in range(steps * 64)]
+    if variant in ATTEMPTS:
+        order = []
     rng.shuffle(order)
     pool, n = [], 0
+    while variant in ATTEMPTS and len(pool) < steps * 64:
+        ex = dataclasses.replace(problems[rng.randrange(len(problems))])
+        ex.solution = attempt_trace(ex.answer, rng, *ATTEMPTS[variant])
+        if ex.solution is not None:
+            pool.append(ex)
     while len(pool) < len(order):
         ex = dataclasses.replace(order[n % len(order)])
         n += 1
@@ -169,7 +183,8 @@ def trial(variant: str, steps: int, out: str) -> dict:
             g["lr"] = recipe.sft_lr * f
         rows = sorted(pool[step * 64:(step + 1) * 64], key=lambda e: len(e.solution))
         opt.zero_grad(set_to_none=True)
-        loss = accumulate([tiny.sft_batch(tok, rows[i:i + 16]) for i in range(0, 64, 16)])
+        batches = [tiny.sft_batch(tok, rows[i:i + 16]) for i in range(0, 64, 16)]
+        loss = tiny.accumulate(model, batches) if variant in ATTEMPTS else accumulate(batches)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % 50 == 0 or step == steps - 1:
@@ -179,6 +194,8 @@ def trial(variant: str, steps: int, out: str) -> dict:
     model.save_pretrained(out)
     tok.save_pretrained(out)
 
+    if variant in ATTEMPTS:
+        return {"variant": variant, "steps": steps, "loss": log, **attempts_measure(model, tok)}
     c = Counter()  # sampled: 8 searches at T = 1 for each of 40 held-out problems
     probs = countdown_task(40, "test", 3, levels=(1,))
     for i in range(0, 40, 8):
@@ -211,6 +228,66 @@ def trial(variant: str, steps: int, out: str) -> dict:
                     c["missed_targets"] += target in listed
     sampled = {k: (round(v / c["n"], 3) if k in ("correct", "tokens") else v) for k, v in c.items()}
     return {"variant": variant, "steps": steps, "loss": log, "sampled": sampled, "given": given(variant, model, tok)}
+
+
+def attempts_measure(model, tok) -> dict:
+    """An attempts trial's model on its own form: sampled (T = 1, 8 searches for each of 50 held-out level-1 problems)
+    and greedy (200 problems), 400 new tokens, audited by check_attempts; and the check with the search given."""
+    import torch
+
+    from tasks.countdown import check_attempts, countdown_reward, countdown_task
+    from tasks.templates import build_prompt
+
+    out = {}
+    for mode, probs, reps in (("sampled", countdown_task(50, "test", 3, levels=(1,)), 8),
+                              ("greedy", countdown_task(200, "test", 5, levels=(1,)), 1)):
+        c = Counter()
+        for i in range(0, len(probs), 64 // reps):
+            chunk = [e for e in probs[i:i + 64 // reps] for _ in range(reps)]
+            enc = [tok(build_prompt(tok, e.prompt, "countdown"), add_special_tokens=False)["input_ids"] for e in chunk]
+            P, pad = max(map(len, enc)), tok.pad_token_id
+            x = torch.tensor([[pad] * (P - len(e)) + e for e in enc])
+            kw = dict(do_sample=True, temperature=1.0, top_k=0) if mode == "sampled" else dict(do_sample=False)
+            with torch.no_grad():
+                o = model.generate(input_ids=x, attention_mask=(x != pad).long(), max_new_tokens=400, pad_token_id=pad,
+                                   eos_token_id=tok.eos_token_id, **kw)
+            for e, row in zip(chunk, o):
+                text = tok.decode(row[P:], skip_special_tokens=True)
+                c["n"] += 1
+                c["correct"] += countdown_reward(text, e.answer)
+                c["tokens"] += int((row[P:] != pad).sum())
+                c.update(check_attempts(text, e.answer["target"]))
+        out[mode] = {k: (round(v / c["n"], 3) if k in ("correct", "tokens") else v) for k, v in c.items()}
+        out[mode]["hit_rate"] = round(c["hits"] / max(1, c["attempts"]), 3)
+    out["given"] = attempts_given(model, tok)
+    return out
+
+
+def attempts_given(model, tok) -> dict:
+    """The check with the search given: attempt_trace's searches (guided 0, 16 attempts; random.Random(i) for the
+    i-th) of 200 held-out level-1 problems, teacher-forced; at each "Target T: ", p("y") / (p("y") + p("n"))."""
+    import importlib.util
+
+    from tasks.countdown import attempt_trace, countdown_task
+
+    spec = importlib.util.spec_from_file_location("countdown_mechanism", os.path.join(ROOT, "bench", "countdown_mechanism.py"))
+    mech = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mech)
+    y, no = piece(tok, "y"), piece(tok, "n")
+    hit, miss = [], []
+    for i, e in enumerate(countdown_task(200, "test", 0, levels=(1,))):
+        text = attempt_trace(e.answer, random.Random(i))
+        if text is None:
+            continue
+        n, starts, logp = mech.forced(model, tok, e, text)
+        for m in re.finditer(r"Target \d+: (yes|no)\.", text):
+            j = starts.index(n + m.start(1))
+            p_y, p_n = logp[j - 1, y].exp().item(), logp[j - 1, no].exp().item()
+            (hit if m[1] == "yes" else miss).append(p_y / (p_y + p_n))
+    mean = lambda v: round(statistics.mean(v), 3) if v else None  # noqa: E731
+    return {"checks_holding": len(hit), "p_yes_when_it_does": mean(hit), "checks_not_holding": len(miss),
+            "p_yes_when_it_does_not": mean(miss),
+            "decided_wrong": round((sum(p <= 0.5 for p in hit) + sum(p > 0.5 for p in miss)) / max(1, len(hit) + len(miss)), 3)}
 
 
 def given(variant: str, model, tok) -> dict:
@@ -262,8 +339,8 @@ def main(argv=None):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch.set_num_threads(1)
-        print(json.dumps(given(a.variant, AutoModelForCausalLM.from_pretrained(a.measure).eval(),
-                               AutoTokenizer.from_pretrained(a.measure))))
+        model, tok = AutoModelForCausalLM.from_pretrained(a.measure).eval(), AutoTokenizer.from_pretrained(a.measure)
+        print(json.dumps(attempts_given(model, tok) if a.variant in ATTEMPTS else given(a.variant, model, tok)))
         return 0
     if len(a.variants) == 1:
         res = trial(a.variants[0], a.steps, os.path.join(a.out, a.variants[0]))

@@ -11,21 +11,41 @@ from tasks.countdown import countdown_task
 from tasks.piecewise import builtin_code_task
 
 COUNTDOWN_TRAIN = 2000  # default training problems of builtin-countdown (its exact generator: ~10 ms a problem)
+COUNTDOWN_TRAIN_LEVEL1 = 1000  # level 1 alone has 1,250 distinct training problems (and 431 held out): fewer of it
 COUNTDOWN_LEVELS = (1, 2, 3)  # builtin-countdown's levels: the ones the laptop model learns (tasks.countdown.LEVELS
-# has 4 and 5, with five numbers, for larger models: tasks.countdown.countdown_task(n, levels=(4, 5)))
+# has 4 and 5, with five numbers, for larger models: 'builtin-countdown:4,5')
+
+
+def countdown_levels(spec: str) -> tuple[int, ...] | None:
+    """The levels a 'builtin-countdown' spec names: COUNTDOWN_LEVELS, or those after a colon ('builtin-countdown:1',
+    'builtin-countdown:2,3'); None for any other spec. A level that tasks.countdown.LEVELS does not have: DataError."""
+    from tasks.countdown import LEVELS
+
+    name, colon, rest = spec.partition(":")
+    if name != "builtin-countdown":
+        return None
+    if not colon:
+        return COUNTDOWN_LEVELS
+    levels = tuple(int(x) for x in rest.split(",") if x.strip().isdigit())
+    if not levels or len(levels) != len(rest.split(",")) or not set(levels) <= set(LEVELS) or len(set(levels)) != len(levels):
+        raise DataError(f"{spec}: builtin-countdown's levels are comma-separated, each once, of {', '.join(map(str, LEVELS))} "
+                        f"(e.g. builtin-countdown:1 or builtin-countdown:1,2)")
+    return levels
 
 
 def load_dataset(spec: str, split: str = "train", n: int | None = None, seed: int = 0, schema: str | None = None) -> list[Example]:
-    """'builtin-math' / 'builtin-code' / 'builtin-countdown' -> a built-in task ('builtin': the one of `schema`, math
-    unless 'code' or 'countdown'); a path -> load_file; anything else -> a hub dataset name.
+    """'builtin-math' / 'builtin-code' / 'builtin-countdown' (or 'builtin-countdown:LEVELS', countdown_levels) -> a
+    built-in task ('builtin': the one of `schema`, math unless 'code' or 'countdown'); a path -> load_file; anything
+    else -> a hub dataset name.
 
     schema='code' reads code problems (load_code_dataset); otherwise the math schemas are detected per row.
     """
     if spec == "builtin-code" or (spec == "builtin" and schema == "code"):
         return builtin_code_task(n or (20000 if split == "train" else 200), split=split, seed=seed)
-    if spec == "builtin-countdown" or (spec == "builtin" and schema == "countdown"):
-        return countdown_task(n or (COUNTDOWN_TRAIN if split == "train" else 200), split=split, seed=seed,
-                              levels=COUNTDOWN_LEVELS)
+    if spec.startswith("builtin-countdown") or (spec == "builtin" and schema == "countdown"):
+        levels = countdown_levels(spec) or COUNTDOWN_LEVELS
+        train = COUNTDOWN_TRAIN_LEVEL1 if levels == (1,) else COUNTDOWN_TRAIN
+        return countdown_task(n or (train if split == "train" else 200), split=split, seed=seed, levels=levels)
     if schema == "countdown":
         raise DataError(f"{spec}: --reward countdown reads the built-in task only (builtin-countdown)")
     if schema == "code":

@@ -225,6 +225,51 @@ def test_search_trace():
         assert lengths[-1] >= (4 if level == 1 else 10) * lengths[0]
 
 
+
+def test_attempt_trace():
+    """attempt_trace's searches: every attempt whole (each number once), none twice, each check right (check_attempts:
+    no slips), exactly one "yes", on the last attempt, and its equation scores 1; deterministic in the rng, another rng
+    another order; attempts() holds every chain of steps, and its solutions are exactly those that make the target;
+    guided 1 writes a solution first, max_attempts bounds the search (None past it)."""
+    import re
+
+    for p in cd.generate(40, "train", seed=6, levels=(1,)):
+        al = cd.attempts(p)
+        assert len({line for line, _, _ in al}) == len(al) and any(hit for _, _, hit in al)
+        assert all(cd.evaluate(cd.to_text(t, p["numbers"]), p["numbers"]) == p["target"] for _, t, hit in al if hit)
+        assert all(cd.evaluate(cd.to_text(t, p["numbers"]), p["numbers"]) != p["target"] for _, t, hit in al if not hit)
+        assert all(sorted(int(x) for x in re.findall(r"\d+", cd.to_text(t, p["numbers"]))) == sorted(p["numbers"])
+                   for _, t, _ in al)  # each number once
+        for i in range(5):
+            text = cd.attempt_trace(p, random.Random(i), max_attempts=len(al))
+            assert text == cd.attempt_trace(p, random.Random(i), max_attempts=len(al)) and cd.countdown_reward(text, p) == 1
+            lines = text.splitlines()
+            assert lines[0] == f"Target {p['target']} from {', '.join(map(str, p['numbers']))}." and lines[-1].startswith("<answer>")
+            n = cd.check_attempts(text, p["target"])
+            assert n["attempts"] == len(lines) - 2 and n["claims"] == n["hits"] == 1 and lines[-2].endswith(": yes.")
+            assert n["wrong_steps"] == n["wrong_checks"] == n["false_claims"] == n["missed"] == n["repeats"] == 0
+        assert len(cd.attempt_trace(p, random.Random(0), guided=1.0).splitlines()) == 3  # a solution at once
+        short = cd.attempt_trace(p, random.Random(1), max_attempts=1)
+        assert short is None or short.count("Try ") == 1
+    orders = {cd.attempt_trace(p, random.Random(i), max_attempts=99).splitlines()[1] for i in range(8)
+              for p in cd.generate(1, "train", seed=6, levels=(1,))}
+    assert len(orders) > 1
+
+
+def test_check_attempts():
+    """check_attempts counts hand-made lines exactly: slips, wrong checks, false claims, misses, repeats."""
+    text = ("Try 9 - 6 = 3, 10 + 3 = 13. Target 25: no.\n"  # right
+            "Try 6 + 10 = 16, 9 + 16 = 24. Target 25: no.\n"  # a slip (25), checked right against what is written
+            "Try 6 + 10 = 16, 9 + 16 = 25. Target 25: yes.\n"  # right, a true claim
+            "Try 9 * 2 = 18, 7 + 18 = 25. Target 23: yes.\n"  # the target miswritten (a wrong check), a true claim
+            "Try 6 * 9 = 54, 54 - 10 = 25. Target 25: yes.\n"  # a slip written as the target: a false claim
+            "Try 9 - 6 = 3, 10 + 3 = 13. Target 25: yes.\n"  # a repeat, a wrong check, a false claim
+            "Try 10 / 5 = 2, 2 + 23 = 25. Target 25: no.")  # right, the target missed (a wrong check)
+    n = cd.check_attempts(text, 25)
+    assert (n["attempts"], n["steps"], n["wrong_steps"], n["hits"]) == (7, 14, 2, 4)
+    assert (n["claims"], n["false_claims"], n["wrong_checks"], n["missed"], n["repeats"]) == (4, 2, 3, 1, 1)
+    assert cd.check_attempts("Try 7 / 0 = 3. Target 3: yes.", 3)["false_claims"] == 1
+
 def _brute_min_ops(numbers):
     """value -> fewest operations, by trying every pair and every operation (negative steps too) on Fractions:
     independent of the solver's tables, tricks and non-negative search."""
@@ -315,6 +360,13 @@ def test_builtin_countdown_loads_as_examples():
     assert not {tuple(sorted(e.answer["numbers"])) for e in train} & {tuple(sorted(e.answer["numbers"])) for e in test}
     with pytest.raises(DataError, match="built-in task only"):
         load_dataset("some/hub-dataset", "train", schema="countdown")
+    assert {e.level for e in load_dataset("builtin-countdown", "train", n=60, seed=1)} == {1, 2, 3}  # COUNTDOWN_LEVELS
+    assert {e.level for e in load_dataset("builtin-countdown:1", "test", n=40, seed=1)} == {1}
+    assert {e.level for e in load_dataset("builtin-countdown:2,4", "train", n=40, seed=1)} == {2, 4}
+    for bad in ("builtin-countdown:", "builtin-countdown:6", "builtin-countdown:1,1", "builtin-countdown:x",
+                "builtin-countdown:1,,2"):
+        with pytest.raises(DataError, match="builtin-countdown's levels"):
+            load_dataset(bad, "train", n=5)
 
 
 def test_countdown_reward_interface_and_thoughts():
@@ -352,7 +404,11 @@ def test_countdown_prompts_and_flags():
     assert dapo.overlong_buffer == 128 and config.parse_config(["--recipe", "dapo"]).overlong_buffer == 16
     c3po = config.parse_config(["--reward", "countdown", "--recipe", "c3po"])  # one task: no math -> code stages
     assert c3po.stages == "" and c3po.token_budget == 4096 * 8
-    for argv in (["--reward", "countdown", "--train-data", "builtin-math"], ["--eval-data", "builtin-countdown"]):
+    one = config.parse_config(["--train-data", "builtin-countdown:1"])  # levels named: the held-out set has them too
+    assert (one.reward, one.max_new_tokens, one.eval_data) == ("countdown", 512, "builtin-countdown:1")
+    assert config.parse_config(["--train-data", "builtin-countdown:1", "--eval-data", "builtin-countdown"]).eval_data == "builtin-countdown"
+    for argv in (["--reward", "countdown", "--train-data", "builtin-math"], ["--eval-data", "builtin-countdown"],
+                 ["--eval-data", "builtin-countdown:1"]):
         with pytest.raises(SystemExit, match="does not go with --reward"):
             config.parse_config(argv)
 

@@ -41,7 +41,7 @@ def wrong_builtin(reward: str, specs: dict) -> str | None:
     """The first of `specs` (name -> data spec) naming a built-in task of another kind than `reward`'s, or None."""
     mine = {"code": "builtin-code", "countdown": "builtin-countdown"}.get(kind_of(reward), "builtin-math")
     others = {"builtin-math", "builtin-code", "builtin-countdown"} - {mine}
-    return next((name for name, spec in specs.items() if spec in others), None)
+    return next((name for name, spec in specs.items() if str(spec).partition(":")[0] in others), None)
 
 
 def parse_stages(cfg) -> list[Stage]:
