@@ -35,6 +35,8 @@ makes the target and where it does not. Their SFT problems are drawn at random f
 
 Run:  python bench/countdown_decision.py plain number-tokens [--steps 500] [--out DIR]
       python bench/countdown_decision.py --measure DIR --variant plain   # the decision of a model saved by a trial
+      python bench/countdown_decision.py --measure DIR --variant attempts  # an attempts model (a trial's, or a GRPO
+                                                                            # checkpoint of one): sampled, greedy, given
 """
 from __future__ import annotations
 
@@ -340,7 +342,7 @@ def main(argv=None):
 
         torch.set_num_threads(1)
         model, tok = AutoModelForCausalLM.from_pretrained(a.measure).eval(), AutoTokenizer.from_pretrained(a.measure)
-        print(json.dumps(attempts_given(model, tok) if a.variant in ATTEMPTS else given(a.variant, model, tok)))
+        print(json.dumps(attempts_measure(model, tok) if a.variant in ATTEMPTS else given(a.variant, model, tok)))
         return 0
     if len(a.variants) == 1:
         res = trial(a.variants[0], a.steps, os.path.join(a.out, a.variants[0]))
