@@ -767,12 +767,12 @@ def check_attempts(text: str, target: int) -> Counter:
     n, seen = Counter(), set()
     for m in _ATTEMPT.finditer(text):
         n["attempts"] += 1
-        steps, true = _STEP.findall(m[1]), None
+        steps, slips = _STEP.findall(m[1]), 0
         for a, op, b, r in steps:
             a, b, r = int(a), int(b), int(r)
-            true = {"+": a + b, "-": a - b, "*": a * b, "/": Fraction(a, b) if b else None}[op]
-            n["steps"] += 1
-            n["wrong_steps"] += true != r
+            slips += {"+": a + b, "-": a - b, "*": a * b, "/": Fraction(a, b) if b else None}[op] != r
+        n["steps"] += len(steps)
+        n["wrong_steps"] += slips
         written = int(steps[-1][3]) if steps else None
         n["hits"] += written == target
         n["wrong_checks"] += int(m[2]) != target or (m[3] == "yes") != (written == target)
@@ -780,9 +780,7 @@ def check_attempts(text: str, target: int) -> Counter:
         seen.add(m[1])
         if m[3] == "yes":
             n["claims"] += 1
-            n["false_claims"] += written != target or not steps or any(
-                int(r) != {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b),
-                           "/": Fraction(int(a), int(b)) if int(b) else None}[op] for a, op, b, r in steps)
+            n["false_claims"] += written != target or not steps or slips > 0
         elif written == target:
             n["missed"] += 1
     return n

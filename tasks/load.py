@@ -42,8 +42,9 @@ def load_dataset(spec: str, split: str = "train", n: int | None = None, seed: in
     """
     if spec == "builtin-code" or (spec == "builtin" and schema == "code"):
         return builtin_code_task(n or (20000 if split == "train" else 200), split=split, seed=seed)
-    if spec.startswith("builtin-countdown") or (spec == "builtin" and schema == "countdown"):
-        levels = countdown_levels(spec) or COUNTDOWN_LEVELS
+    levels = countdown_levels(spec)
+    if levels is not None or (spec == "builtin" and schema == "countdown"):
+        levels = levels or COUNTDOWN_LEVELS
         train = COUNTDOWN_TRAIN_LEVEL1 if levels == (1,) else COUNTDOWN_TRAIN
         return countdown_task(n or (train if split == "train" else 200), split=split, seed=seed, levels=levels)
     if schema == "countdown":

@@ -367,6 +367,8 @@ def test_builtin_countdown_loads_as_examples():
                 "builtin-countdown:1,,2"):
         with pytest.raises(DataError, match="builtin-countdown's levels"):
             load_dataset(bad, "train", n=5)
+    with pytest.raises(DataError, match="built-in task only"):  # not a level list: not the built-in task
+        load_dataset("builtin-countdown1", "train", n=5, schema="countdown")
 
 
 def test_countdown_reward_interface_and_thoughts():
