@@ -221,7 +221,8 @@ class Config:
                                             "'builtin-countdown:1', ...), or a .jsonl/.json/.parquet file or hub "
                                             "dataset name")
     eval_data: str = flag(DATA, "builtin", "'builtin' (held-out split of the built-in task of the reward's kind), "
-                                           "'builtin-math', 'builtin-code', 'builtin-countdown', or a file / hub "
+                                           "'builtin-math', 'builtin-code', 'builtin-countdown' (with "
+                                           "--train-data builtin-countdown:LEVELS, those levels), or a file / hub "
                                            "dataset name")
     eval_split: str = flag(DATA, "test", "split to use when --eval-data is a hub dataset")
     train_problems: int = flag(DATA, 0, "use only the first N training problems (0 = all; the built-in tasks draw "
@@ -651,7 +652,7 @@ def parse_config(argv=None, description: str = "") -> Config:
     if vars(ap.parse_known_args(argv)[0])["rollout_lag"]:  # off-policy by one step: the decoupled loss's cap (2.0)
         ap.set_defaults(tis_cap=ap.get_default("tis_cap") or 2.0)
     ns = vars(ap.parse_args(argv))
-    if ns["eval_data"] == "builtin" and ns["train_data"].startswith("builtin-countdown:"):
+    if ns["train_data"].startswith("builtin-countdown:") and "eval_data" not in given_flags(ap, argv):
         ns["eval_data"] = ns["train_data"]  # held out from the levels trained on (run_config.json says which)
     if ns["mini_batch_size"] > ns["batch_size"] >= 1 and "mini_batch_size" not in given_flags(ap, argv):
         ns["mini_batch_size"] = ns["batch_size"]  # a batch below the mini-batch default is one mini-batch (mu = epochs)

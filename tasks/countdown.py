@@ -729,10 +729,11 @@ def attempt_trace(problem: dict, rng: random.Random, max_attempts: int = 16, gui
 
     The check is the point of the form. search_trace checks the last two numbers in a list ("Check 10, 3: 7, 13,
     30.") and decides at its end whether the list holds the target, a number written a whole search earlier; the
-    tiny model never learned that decision (bench/countdown_decision.py: p(holds) 0.63 where the list holds the target
-    and 0.12 where it does not, at level 1). Here the target is written next to the one result it is compared with,
+    tiny model did not learn that decision (bench/countdown_decision.py, level 1, 500 SFT steps: p(holds) 0.63 where
+    the list holds the target and 0.12 where it does not). Here the target is written next to the one result it is compared with,
     and the decision ("yes" or "no") follows them: a comparison of two numbers side by side, which the same model
-    learns (checks wrong in 4 % of its sampled attempts, bench/countdown_decision.py's "attempts-guided" trial).
+    learns (800 SFT steps: checks wrong in 4 % of its sampled attempts, bench/countdown_decision.py's
+    "attempts-guided" trial).
 
     With probability `guided` an attempt is drawn among the solutions not yet tried (the rest: among all attempts not
     yet tried), so that SFT on these shows solutions early more often than chance; 0 knows nothing of the solution,
@@ -744,6 +745,8 @@ def attempt_trace(problem: dict, rng: random.Random, max_attempts: int = 16, gui
     left = attempts(problem)
     lines = [f"Target {target} from {', '.join(map(str, numbers))}."]
     for _ in range(max_attempts):
+        if not left:  # every attempt tried (a problem whose solutions need a fraction or leave a number out)
+            return None
         pool = [a for a in left if a[2]] if rng.random() < guided and any(a[2] for a in left) else left
         line, tree, hit = rng.choice(pool)
         left.remove((line, tree, hit))
@@ -753,27 +756,36 @@ def attempt_trace(problem: dict, rng: random.Random, max_attempts: int = 16, gui
     return None
 
 
-_ATTEMPT = re.compile(r"Try (.*?)\. Target (\d+): (yes|no)\.")
-_STEP = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)")
+_ATTEMPT = re.compile(r"Try (.*?)\. Target (\d{1,9}): (yes|no)\.")
+_STEP = re.compile(r"(\d{1,9}) ([-+*/]) (\d{1,9}) = (-?\d{1,9}(?:/\d{1,9})?)")
+
+
+def _fraction(text: str) -> Fraction | None:
+    """'7', '-3' or '3/2' as a Fraction; None for a zero denominator."""
+    num, _, den = text.partition("/")
+    return None if den and int(den) == 0 else Fraction(int(num), int(den or 1))
 
 
 def check_attempts(text: str, target: int) -> Counter:
     """Audit a search written in attempt_trace's form, line by line: "attempts", "steps" and "wrong_steps" (r is not
     a op b), "hits" (attempts whose last written result is the target), "wrong_checks" (the target miswritten, or
-    "yes" / "no" not what the written result and the target say), "claims" ("yes") and "false_claims" (a "yes" whose
-    attempt does not truly make the target: a slip or a wrong check), "missed" (a "no" after the target written as
-    the result), "repeats" (an attempt's steps written earlier in the same search). attempt_trace's searches have no
-    slips (tested)."""
+    "yes" / "no" not what the written result and the target say), "claims" ("yes") and "false_claims" (a "yes" after
+    a slip, or after a last result that is not the target), "missed" (a "no" after the target written as the result),
+    "repeats" (an attempt's steps written earlier in the same search). Each step's arithmetic is checked, not which
+    numbers it uses (whether the answer uses the given ones is the verifier's to say); a result may be written
+    negative or as a fraction (a slip where it is not the step's value; over 0, always); numbers of more than 9 digits
+    are not read. attempt_trace's searches have no slips (tested)."""
     n, seen = Counter(), set()
     for m in _ATTEMPT.finditer(text):
         n["attempts"] += 1
         steps, slips = _STEP.findall(m[1]), 0
-        for a, op, b, r in steps:
-            a, b, r = int(a), int(b), int(r)
-            slips += {"+": a + b, "-": a - b, "*": a * b, "/": Fraction(a, b) if b else None}[op] != r
+        results = [_fraction(r) for _, _, _, r in steps]
+        for (a, op, b, _), r in zip(steps, results):
+            a, b = int(a), int(b)
+            slips += r is None or {"+": a + b, "-": a - b, "*": a * b, "/": Fraction(a, b) if b else None}[op] != r
         n["steps"] += len(steps)
         n["wrong_steps"] += slips
-        written = int(steps[-1][3]) if steps else None
+        written = results[-1] if results else None
         n["hits"] += written == target
         n["wrong_checks"] += int(m[2]) != target or (m[3] == "yes") != (written == target)
         n["repeats"] += m[1] in seen

@@ -26,7 +26,7 @@ def countdown_levels(spec: str) -> tuple[int, ...] | None:
         return None
     if not colon:
         return COUNTDOWN_LEVELS
-    levels = tuple(int(x) for x in rest.split(",") if x.strip().isdigit())
+    levels = tuple(int(x) for x in rest.split(",") if x.strip().isdecimal() and x.strip().isascii())
     if not levels or len(levels) != len(rest.split(",")) or not set(levels) <= set(LEVELS) or len(set(levels)) != len(levels):
         raise DataError(f"{spec}: builtin-countdown's levels are comma-separated, each once, of {', '.join(map(str, LEVELS))} "
                         f"(e.g. builtin-countdown:1 or builtin-countdown:1,2)")
