@@ -727,13 +727,13 @@ def attempt_trace(problem: dict, rng: random.Random, max_attempts: int = 16, gui
         Try 6 + 10 = 16, 9 + 16 = 25. Target 25: yes.
         <answer>9 + 6 + 10</answer>
 
-    The check is the point of the form. search_trace checks the last two numbers in a list ("Check 10, 3: 7, 13,
-    30.") and decides at its end whether the list holds the target, a number written a whole search earlier; the
-    tiny model did not learn that decision (bench/countdown_decision.py, level 1, 500 SFT steps: p(holds) 0.63 where
-    the list holds the target and 0.12 where it does not). Here the target is written next to the one result it is compared with,
-    and the decision ("yes" or "no") follows them: a comparison of two numbers side by side, which the same model
-    learns (800 SFT steps: checks wrong in 4 % of its sampled attempts, bench/countdown_decision.py's
-    "attempts-guided" trial).
+    The check sits beside its evidence. search_trace checks the last two numbers in a list ("Check 10, 3: 7, 13,
+    30.") and decides at its end whether the list holds the target, a number written a whole search earlier; here the
+    target is written next to the one result it is compared with, and the decision ("yes" or "no") follows them.
+    Level 1, bench/countdown_decision.py: after 500 SFT steps the tiny model's list decision was p(holds) 0.63 where
+    the list holds the target and 0.12 where not; after 800, p 0.965 / 0.014 in search_trace's form and p(yes) 0.92 /
+    0.02 in this one (its "attempts-guided" trial): SFT length, more than the form, teaches the decision. This form's
+    searches are whole two-step tries, 1-16 of them, on which GRPO learns which attempt to try (docs/countdown.md).
 
     With probability `guided` an attempt is drawn among the solutions not yet tried (the rest: among all attempts not
     yet tried), so that SFT on these shows solutions early more often than chance; 0 knows nothing of the solution,
