@@ -542,6 +542,38 @@ def test_mechanism_decision_reads_the_token_after_each_list():
     assert f["decided_wrong"] == round(f["checks_not_holding"] / (f["checks_holding"] + f["checks_not_holding"]), 3)
 
 
+
+def test_attempts_given_reads_the_verdict_after_each_check():
+    """bench/countdown_decision.attempts_given: an oracle (all probability on the data's own next token) says "yes"
+    with p = 1 at every check whose attempt makes the target and 0 at every other; a model that gives "y" 0.3 and "n"
+    0.1 everywhere says 0.75 at each, so every check that should say "no" is decided wrong."""
+    import types
+
+    import torch
+
+    from tools import tiny
+
+    dec = _bench("countdown_decision")
+    tok = tiny.build_tokenizer(tiny.CountdownRecipe().words(), 1024)
+    y, n = dec.piece(tok, "y"), dec.piece(tok, "n")
+
+    def oracle(input_ids):
+        logits = torch.full((1, input_ids.shape[1], 128), -1e4)
+        logits[0, torch.arange(input_ids.shape[1] - 1), input_ids[0, 1:]] = 0.0
+        return types.SimpleNamespace(logits=logits)
+
+    def flat(input_ids):
+        logits = torch.full((1, input_ids.shape[1], 128), -1e4)
+        logits[..., y], logits[..., n] = math.log(0.3), math.log(0.1)
+        return types.SimpleNamespace(logits=logits)
+
+    d = dec.attempts_given(oracle, tok)
+    assert d["checks_holding"] >= 100 and d["checks_not_holding"] >= 500
+    assert (d["p_yes_when_it_does"], d["p_yes_when_it_does_not"], d["decided_wrong"]) == (1.0, 0.0, 0.0)
+    f = dec.attempts_given(flat, tok)
+    assert (f["p_yes_when_it_does"], f["p_yes_when_it_does_not"]) == (0.75, 0.75)
+    assert f["decided_wrong"] == round(f["checks_not_holding"] / (f["checks_holding"] + f["checks_not_holding"]), 3)
+
 def test_decision_trials_forms():
     """bench/countdown_decision.py: target-in-check writes the target in each check and stops the list at it; a drill's
     checks list their results exactly and say "No" exactly where the target is missing; bad arguments: one error line."""
