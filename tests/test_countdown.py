@@ -507,15 +507,35 @@ def _bench(name):
     return mod
 
 
+def _oracle(input_ids):
+    """A stand-in model that puts all its probability on the data's own next token."""
+    import types
+
+    import torch
+
+    logits = torch.full((1, input_ids.shape[1], 128), -1e4)
+    logits[0, torch.arange(input_ids.shape[1] - 1), input_ids[0, 1:]] = 0.0
+    return types.SimpleNamespace(logits=logits)
+
+
+def _flat(a: int, b: int):
+    """A stand-in model that gives tokens a and b probabilities 0.3 and 0.1 everywhere."""
+    import types
+
+    import torch
+
+    def model(input_ids):
+        logits = torch.full((1, input_ids.shape[1], 128), -1e4)
+        logits[..., a], logits[..., b] = math.log(0.3), math.log(0.1)
+        return types.SimpleNamespace(logits=logits)
+    return model
+
+
 def test_mechanism_decision_reads_the_token_after_each_list():
     """bench/countdown_mechanism.decision: a model that puts all its probability on the data's own next token (an
     oracle) says "holds" with p = 1 after every list that holds the target and 0 after every other, decided wrong 0;
     one that gives "." and ". No " 0.3 and 0.1 everywhere says 0.75 after each list, so every list that does not
     hold the target is decided wrong."""
-    import types
-
-    import torch
-
     from tools import tiny
 
     mech = _bench("countdown_mechanism")
@@ -524,20 +544,10 @@ def test_mechanism_decision_reads_the_token_after_each_list():
     dot, no = tok(".", add_special_tokens=False)["input_ids"][0], tok(". No ", add_special_tokens=False)["input_ids"][0]
     examples = cd.countdown_task(6, "test", 0, levels=(1,))
 
-    def oracle(input_ids):
-        logits = torch.full((1, input_ids.shape[1], 128), -1e4)
-        logits[0, torch.arange(input_ids.shape[1] - 1), input_ids[0, 1:]] = 0.0
-        return types.SimpleNamespace(logits=logits)
-
-    def flat(input_ids):
-        logits = torch.full((1, input_ids.shape[1], 128), -1e4)
-        logits[..., dot], logits[..., no] = math.log(0.3), math.log(0.1)
-        return types.SimpleNamespace(logits=logits)
-
-    d = mech.decision(oracle, tok, examples, 0)
+    d = mech.decision(_oracle, tok, examples, 0)
     assert d["checks_holding"] >= 3 and d["checks_not_holding"] >= 3
     assert (d["p_holds_when_it_does"], d["p_holds_when_it_does_not"], d["decided_wrong"]) == (1.0, 0.0, 0.0)
-    f = mech.decision(flat, tok, examples, 0)
+    f = mech.decision(_flat(dot, no), tok, examples, 0)
     assert (f["p_holds_when_it_does"], f["p_holds_when_it_does_not"]) == (0.75, 0.75)
     assert f["decided_wrong"] == round(f["checks_not_holding"] / (f["checks_holding"] + f["checks_not_holding"]), 3)
 
@@ -547,30 +557,16 @@ def test_attempts_given_reads_the_verdict_after_each_check():
     """bench/countdown_decision.attempts_given: an oracle (all probability on the data's own next token) says "yes"
     with p = 1 at every check whose attempt makes the target and 0 at every other; a model that gives "y" 0.3 and "n"
     0.1 everywhere says 0.75 at each, so every check that should say "no" is decided wrong."""
-    import types
-
-    import torch
-
     from tools import tiny
 
     dec = _bench("countdown_decision")
     tok = tiny.build_tokenizer(tiny.CountdownRecipe().words(), 1024)
     y, n = dec.piece(tok, "y"), dec.piece(tok, "n")
 
-    def oracle(input_ids):
-        logits = torch.full((1, input_ids.shape[1], 128), -1e4)
-        logits[0, torch.arange(input_ids.shape[1] - 1), input_ids[0, 1:]] = 0.0
-        return types.SimpleNamespace(logits=logits)
-
-    def flat(input_ids):
-        logits = torch.full((1, input_ids.shape[1], 128), -1e4)
-        logits[..., y], logits[..., n] = math.log(0.3), math.log(0.1)
-        return types.SimpleNamespace(logits=logits)
-
-    d = dec.attempts_given(oracle, tok)
+    d = dec.attempts_given(_oracle, tok)
     assert d["checks_holding"] >= 100 and d["checks_not_holding"] >= 500
     assert (d["p_yes_when_it_does"], d["p_yes_when_it_does_not"], d["decided_wrong"]) == (1.0, 0.0, 0.0)
-    f = dec.attempts_given(flat, tok)
+    f = dec.attempts_given(_flat(y, n), tok)
     assert (f["p_yes_when_it_does"], f["p_yes_when_it_does_not"]) == (0.75, 0.75)
     assert f["decided_wrong"] == round(f["checks_not_holding"] / (f["checks_holding"] + f["checks_not_holding"]), 3)
 
