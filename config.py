@@ -114,17 +114,25 @@ RECIPES = {
 }
 
 # The Countdown task's defaults (tasks/countdown.py, the model tools/tiny.py CountdownRecipe): set when the run trains
-# on builtin-countdown or gives --reward countdown (a flag given still wins). Its searches run ~60-600 tokens, so the
-# length limit is one the longest searches reach, not the median (DAPO's 20,480 over a median of a few thousand), and
-# the recipes' length-scaled values grow with it (COUNTDOWN_SCALE).
-COUNTDOWN = dict(reward="countdown", max_new_tokens=512, eval_problems=200)
-COUNTDOWN_SCALE = ("overlong_buffer", "token_budget")  # x 512 / 64 under the Countdown defaults
+# on builtin-countdown or gives --reward countdown (a flag given still wins). The shipped cold start searches level 1
+# by whole attempts of ~20 tokens (8 at most in its SFT searches: up to ~190 tokens); the length limit of 128 tokens
+# lets a search make ~5 attempts, so that finding the target sooner is what the reward pays for: 40-56 % of the first
+# steps' responses reach it (GRPO on the same cold start gained 0.11-0.17 avg@4 at 128 tokens, 0.13 at 96, nothing
+# at 320: docs/countdown.md). 16 prompts x 8 a step and 200 steps: about ten minutes on 2 cores. The recipes'
+# length-scaled values grow with the limit (COUNTDOWN_SCALE) and their learning rates by COUNTDOWN_LR_SCALE.
+COUNTDOWN = dict(reward="countdown", max_new_tokens=128, eval_problems=200, batch_size=128, max_steps=200, eval_every=50)
+COUNTDOWN_SCALE = ("overlong_buffer", "token_budget")  # x 128 / 64 under the Countdown defaults
+COUNTDOWN_LR_SCALE = 3  # GRPO on the shipped cold start: 3e-4 gained (0.225 -> 0.398), 5e-4 and 1e-3 fell within 50 steps
 
 
 def countdown_defaults(recipe: dict) -> dict:
-    """COUNTDOWN, with `recipe`'s lengths (scaled to the math task's 64 tokens) scaled to Countdown's 512, and the
-    recipe's math-then-code stages (c3po) dropped: Countdown is one task."""
-    out = dict(COUNTDOWN)
+    """COUNTDOWN, with `recipe`'s lengths (scaled to the math task's 64 tokens) scaled to Countdown's 128, its learning
+    rate (or the default's) x COUNTDOWN_LR_SCALE, its mini-batch scaled with the batch, and the recipe's math-then-code
+    stages (c3po) dropped: Countdown is one task."""
+    default = {f: Config.__dataclass_fields__[f].default for f in ("lr", "batch_size")}
+    out = dict(COUNTDOWN, lr=round(recipe.get("lr", default["lr"]) * COUNTDOWN_LR_SCALE, 12))
+    if recipe.get("mini_batch_size"):  # the same number of updates per rollout (mu) in the smaller batch
+        out["mini_batch_size"] = recipe["mini_batch_size"] * COUNTDOWN["batch_size"] // default["batch_size"]
     for k in COUNTDOWN_SCALE:
         if recipe.get(k):
             out[k] = recipe[k] * COUNTDOWN["max_new_tokens"] // 64

@@ -1,8 +1,8 @@
-"""tools/tiny.py: the models shipped in models/tiny-qwen2/ (math) and models/tiny-qwen2-code/ (math + code) are the ones
-tools/tiny.py builds.
+"""tools/tiny.py: the models shipped in models/tiny-qwen2/ (math), models/tiny-qwen2-code/ (math + code) and
+models/tiny-qwen2-countdown/ (Countdown) are the ones tools/tiny.py builds.
 
 Run:  python -m pytest tests/test_tiny.py -q                 (a few seconds)
-      python -m pytest tests/test_tiny.py -q -m slow         (the full cold-start SFTs from scratch: ~8 + 9 min on 2 cores)
+      python -m pytest tests/test_tiny.py -q -m slow         (the full cold-start SFTs from scratch: ~8 + 9 + 12 min on 2 cores)
 """
 import json
 import os
@@ -21,13 +21,14 @@ def _tensors(path):
     return load_file(os.path.join(path, "model.safetensors"))
 
 
-RECIPES = pytest.mark.parametrize("recipe", [tiny.TinyRecipe(), tiny.CODE_RECIPE], ids=["math", "math+code"])
+RECIPES = pytest.mark.parametrize("recipe", [tiny.TinyRecipe(), tiny.CODE_RECIPE, tiny.COUNTDOWN_RECIPE],
+                                  ids=["math", "math+code", "countdown"])
 
 
 @RECIPES
 def test_shipped_model_has_the_current_recipe_key(recipe):
     """A change to the recipe, the tokenizer or the task changes the key: the shipped model must be rebuilt
-    (`python -m tools.tiny --ship [--tasks math+code]`), else get_tiny_model would silently build instead of using it."""
+    (`python -m tools.tiny --ship [--tasks math+code | --countdown]`), else get_tiny_model would silently build instead of using it."""
     assert tiny.shipped_key(tiny.shipped_dir(recipe)) == recipe.key()
     rec = json.load(open(os.path.join(tiny.shipped_dir(recipe), "recipe.json")))
     assert {k: v for k, v in rec.items() if k != "key"} == {f.name: getattr(recipe, f.name) for f in
@@ -111,7 +112,7 @@ def test_countdown_sft_keeps_searches_within_the_token_budget(monkeypatch):
     from tasks import countdown as cd
 
     recipe = tiny.CountdownRecipe(hidden=32, layers=1, intermediate=64, heads=2, kv_heads=1, sft_steps=6, sft_batch=16,
-                                  sft_micro=8, sft_problems=60, sft_tokens=200)
+                                  sft_micro=8, sft_problems=60, sft_tokens=200, trace="search", levels="1,2,3")
     tok = tiny.build_tokenizer(recipe.words(), recipe.positions)
     seen = []
     monkeypatch.setattr(tiny, "fit", lambda model, r, batch_of, log_every: seen.extend(
@@ -154,3 +155,57 @@ def test_countdown_sft_cut_searches(monkeypatch):
             cut += 1
             assert "<answer>" not in text and text.endswith(".") and len(response) > 100
     assert ended >= 5 and cut >= 20
+
+
+def test_countdown_sft_attempts_searches(monkeypatch):
+    """trace "attempts" (the shipped build): sft_steps x sft_batch searches by attempt_trace, problems drawn at random
+    from the sft_problems, each search with no slip, one "yes" on its last attempt, an answer that scores 1 and EOS."""
+    from tasks import countdown as cd
+
+    recipe = tiny.CountdownRecipe(hidden=32, layers=1, intermediate=64, heads=2, kv_heads=1, sft_steps=5, sft_batch=16,
+                                  sft_micro=8, sft_problems=40)
+    assert (recipe.trace, recipe.levels) == ("attempts", "1")
+    tok = tiny.build_tokenizer(recipe.words(), recipe.positions)
+    seen = []
+    monkeypatch.setattr(tiny, "fit", lambda model, r, batch_of, log_every: seen.extend(
+        batch_of(step) for step in range(r.sft_steps)))
+    tiny.countdown_sft(None, tok, recipe)
+    rows = [(ids[i][attn[i] == 1], lab[i]) for mb in seen for ids, attn, lab in mb for i in range(len(ids))]
+    assert len(rows) == 5 * 16
+    problems = {p.prompt: p.answer for p in cd.countdown_task(40, "train", 1, levels=(1,))}
+    used, attempts = set(), []
+    for ids, lab in rows:
+        response = [t for t in lab.tolist() if t != -100]
+        assert response[-1] == tok.eos_token_id
+        prompt = tok.decode(ids[: len(ids) - len(response)]).removeprefix("Question: ").removesuffix("\nAnswer: ")
+        problem = problems[prompt]  # one of the recipe's 40 training problems
+        used.add(prompt)
+        text = tok.decode(response[:-1])
+        c = cd.check_attempts(text, problem["target"])
+        assert (c["wrong_steps"], c["wrong_checks"], c["repeats"], c["claims"], c["false_claims"]) == (0, 0, 0, 1, 0)
+        assert cd.countdown_reward(text, problem) == 1.0
+        attempts.append(c["attempts"])
+    assert len(used) > 20 and max(attempts) > 3 * min(attempts)
+
+
+@pytest.mark.parametrize("schedule", ["wsd", "cosine"])
+def test_fit_schedule(schedule, monkeypatch):
+    """fit's learning rate: a linear warm-up over 5 % of the steps, times a cosine decay, or (CountdownRecipe's "wsd")
+    times 1 to 70 % of the steps, then a linear decay toward 0 at the end, floored at 2 %."""
+    import math
+
+    recipe = tiny.CountdownRecipe(sft_steps=1000, sft_lr=1.0, schedule=schedule)
+    model = torch.nn.Linear(1, 1)
+    lrs = []
+    monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, *a, **k: lrs.append(self.param_groups[0]["lr"]))
+    x = torch.ones(1, 1)
+    monkeypatch.setattr(tiny, "accumulate", lambda m, b: model(x).sum().backward() or torch.zeros(()))
+    tiny.fit(model, recipe, lambda step: [None], log_every=0)
+    assert len(lrs) == 1000
+    if schedule == "wsd":
+        assert lrs[0] == pytest.approx(1 / 50) and lrs[39] == pytest.approx(40 / 50)
+        assert lrs[49] == lrs[699] == 1.0 and lrs[700] == pytest.approx(1.0) and lrs[850] == pytest.approx(0.5)
+        assert lrs[990] == pytest.approx(10 / 300) and lrs[994] == lrs[999] == 0.02
+    else:
+        assert lrs[0] == pytest.approx(1 / 50) and lrs[39] == pytest.approx(40 / 50 * 0.5 * (1 + math.cos(math.pi * 0.039)))
+        assert lrs[500] == pytest.approx(0.5) and lrs[999] == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.999)))

@@ -124,27 +124,33 @@ SEARCH_WORDS = [", ", " = ", " + ", " - ", " * ", " / "]  # search_trace's steps
 
 @dataclasses.dataclass
 class CountdownRecipe:
-    """A tiny model that searches on Countdown (tasks/countdown.py): cold-started on searches written out (try a
-    step, check what is left, back off), so that its responses vary in length with the search and its first
-    steps' choices are uncertain: search_trace's (trace "search", "search-cut"), which know nothing of the solution,
-    or solve_trace's, guided to it (trace "guided": the earlier builds'). The character tokenizer of TinyRecipe plus
-    COUNTDOWN_WORDS (and SEARCH_WORDS for search_trace's); plain prompts."""
+    """A tiny model that searches on Countdown (tasks/countdown.py): cold-started on searches written out, so that its
+    responses vary in length with the search and its choices are uncertain. Trace "attempts" (the shipped build,
+    models/tiny-qwen2-countdown): attempt_trace's searches by whole attempts, each checked beside its result ("Try
+    9 - 6 = 3, 10 + 3 = 13. Target 25: no."), `guided` of them a solution not yet tried; "search" / "search-cut":
+    search_trace's step-by-step searches, which know nothing of the solution; "guided": solve_trace's (the earlier
+    builds'). The character tokenizer of TinyRecipe plus COUNTDOWN_WORDS (and SEARCH_WORDS but for "guided"); plain
+    prompts. Level 1 only by default: at 800 SFT steps its check is learned (docs/countdown.md), and levels 2-3 need
+    longer SFT than a laptop build (~12 minutes on one core at level 1)."""
     hidden: int = 128
     layers: int = 4
     heads: int = 4
     kv_heads: int = 2
     intermediate: int = 512
     positions: int = 1024  # prompt (~30 tokens) + the longest searches
-    levels: str = "1,2,3"  # SFT problems' levels (tasks/countdown.py LEVELS): builtin-countdown's
+    levels: str = "1"  # SFT problems' levels (tasks/countdown.py LEVELS): builtin-countdown's (tasks/load.py)
     max_tries: int = 3  # solve_trace's bound on the steps tried (level 3: up to ~450 tokens); trace "guided" only
-    trace: str = "search"  # "search": tasks/countdown.py search_trace (no knowledge of the solution); "guided": solve_trace
+    trace: str = "attempts"  # "attempts": attempt_trace; "search" / "search-cut": search_trace; "guided": solve_trace
+    max_attempts: int = 8  # attempt_trace's bound on a search's attempts (trace "attempts")
+    guided: float = 0.25  # attempt_trace's chance that an attempt is a solution not yet tried (trace "attempts")
     sft_tokens: int = 480  # "search": an SFT search longer than this many tokens is drawn again (up to 8 draws);
     # "search-cut": it is cut there, as the length limit cuts a sampled one (no answer, no EOS)
-    sft_steps: int = 1200  # 800 reached 0.09 / 0.09 / 0.02 greedy at levels 1 / 2 / 3 (docs/countdown.md)
+    sft_steps: int = 800  # level 1: the check is learned at 800 (0.92 / 0.02 given), not at 400 (0.74 / 0.13)
     sft_batch: int = 64
     sft_micro: int = 16  # each step's 64 searches as 4 micro-batches of like lengths: the same gradient, less padding
-    sft_problems: int = 3600  # distinct training problems the SFT searches (level 1 has 1,000-2,000)
+    sft_problems: int = 1000  # distinct training problems the SFT searches (level 1 has 1,250)
     sft_lr: float = 3e-3
+    schedule: str = "wsd"  # "wsd": warm-up over 5 %, held to 70 % of the steps, then linear toward 0 (floor 2 %); "cosine"
     seed: int = 0
     name = "tiny-qwen2-countdown"
 
@@ -152,8 +158,10 @@ class CountdownRecipe:
         return WORDS[:1] + COUNTDOWN_WORDS + (SEARCH_WORDS if self.trace != "guided" else [])
 
     def search(self, problem: dict, rng: random.Random, max_chars: int | None = None) -> str | None:
-        from tasks.countdown import search_trace, solve_trace
+        from tasks.countdown import attempt_trace, search_trace, solve_trace
 
+        if self.trace == "attempts":
+            return attempt_trace(problem, rng, self.max_attempts, self.guided)
         if self.trace in ("search", "search-cut"):
             return search_trace(problem, rng, max_chars, cut=self.trace == "search-cut")
         return solve_trace(problem, rng, self.max_tries)
@@ -183,9 +191,16 @@ def countdown_sft(model, tokenizer, recipe: CountdownRecipe, log_every: int = 10
 
     rng = random.Random(recipe.seed)
     problems = countdown_task(recipe.sft_problems, "train", recipe.seed + 1, levels=recipe.level_list())
-    order = [dataclasses.replace(problems[i % len(problems)]) for i in range(recipe.sft_steps * recipe.sft_batch)]
+    order, pool = [], []
+    while recipe.trace == "attempts" and len(pool) < recipe.sft_steps * recipe.sft_batch:  # a problem at random each
+        ex = dataclasses.replace(problems[rng.randrange(len(problems))])  # time (None: no hit in max_attempts)
+        ex.solution = recipe.search(ex.answer, rng)
+        if ex.solution is not None:
+            pool.append(ex)
+    if recipe.trace != "attempts":
+        order = [dataclasses.replace(problems[i % len(problems)]) for i in range(recipe.sft_steps * recipe.sft_batch)]
     rng.shuffle(order)
-    pool, n = [], 0
+    n = 0
     while recipe.trace == "search-cut" and len(pool) < len(order):
         ex = order[len(pool)]
         ex.solution = recipe.search(ex.answer, rng, 3 * recipe.sft_tokens)
@@ -281,7 +296,8 @@ def sft_batch(tokenizer, examples: list[data.Example]):
 
 
 def sft(model, tokenizer, recipe, log_every: int = 100) -> None:
-    """Cold-start SFT: AdamW, linear warm-up then cosine decay, completion-only cross-entropy."""
+    """Cold-start SFT: AdamW, linear warm-up then cosine decay (CountdownRecipe: its `schedule`), completion-only
+    cross-entropy."""
     if isinstance(recipe, ChatRecipe):
         return chat_sft(model, tokenizer, recipe, log_every)
     if isinstance(recipe, CountdownRecipe):
@@ -324,7 +340,11 @@ def fit(model, recipe, batch_of, log_every: int = 100) -> None:
     model.train()
     t0 = time.time()
     for step in range(recipe.sft_steps):
-        lr = recipe.sft_lr * min(1.0, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * step / recipe.sft_steps))
+        if getattr(recipe, "schedule", "cosine") == "wsd":  # warm-up, stable, then a linear decay (CountdownRecipe)
+            decay = 1.0 if step < 0.7 * recipe.sft_steps else max(0.02, (recipe.sft_steps - step) / (0.3 * recipe.sft_steps))
+        else:
+            decay = 0.5 * (1 + math.cos(math.pi * step / recipe.sft_steps))
+        lr = recipe.sft_lr * min(1.0, (step + 1) / warm) * decay
         for g in opt.param_groups:
             g["lr"] = lr
         batch = batch_of(step)
@@ -592,15 +612,20 @@ def main(argv=None):
     for f in fields.values():  # unset: the recipe's default (TinyRecipe's, or ChatRecipe's with --chat)
         typ = type(f.default)  # sizes and steps >= 1, the seed >= 0, the lr > 0, fractions in [0, 1]
         if f.name == "trace":
-            ap.add_argument("--trace", default=None, choices=("search", "search-cut", "guided"), help="--countdown: "
-                            "the SFT searches: search_trace's (no knowledge of the solution; those longer than "
-                            "--sft-tokens drawn again, or cut there) or solve_trace's (guided to it)")
+            ap.add_argument("--trace", default=None, choices=("attempts", "search", "search-cut", "guided"), help="--countdown: "
+                            "the SFT searches: attempt_trace's (whole attempts, each checked; --max-attempts, --guided), "
+                            "search_trace's (no knowledge of the solution; those longer than --sft-tokens drawn again, "
+                            "or cut there) or solve_trace's (guided to it)")
+            continue
+        if f.name == "schedule":
+            ap.add_argument("--schedule", default=None, choices=("wsd", "cosine"), help="--countdown: the SFT learning "
+                            "rate's schedule after its warm-up")
             continue
         if typ is str and f.name == "levels":
             ap.add_argument("--levels", default=None, help="--countdown: the SFT problems' levels, e.g. 1,2")
             continue
         check = {int: at_least(0) if f.name == "seed" else at_least(1),
-                 float: within(0, 1) if f.name.endswith("_frac") else above(0)}.get(typ)
+                 float: within(0, 1) if f.name.endswith("_frac") or f.name == "guided" else above(0)}.get(typ)
         ap.add_argument("--" + f.name.replace("_", "-"), type=number(typ, check) if check else typ, default=None)
     ap.add_argument("--chat", action="store_true", help="the chat-shaped model (ChatRecipe; --style chat or think)")
     ap.add_argument("--countdown", action="store_true", help="the Countdown model (CountdownRecipe) -> "

@@ -181,10 +181,6 @@ def setup(cfg: Config) -> Run:
         # Countdown stage the one cold-started on Countdown's searches (tools/tiny.py CountdownRecipe)
         recipe = (tiny.CODE_RECIPE if any(st.kind == "code" for st in stages) else
                   tiny.COUNTDOWN_RECIPE if any(st.kind == "countdown" for st in stages) else tiny.TinyRecipe())
-        if not cfg.model and recipe is tiny.COUNTDOWN_RECIPE and not tiny.find_tiny_model(recipe):
-            raise SystemExit("error: --reward countdown: no Countdown model is shipped yet (RL on its cold start does not "
-                             "yet learn fast enough: docs/countdown.md); build one with `python -m tools.tiny --countdown` (~50 min "
-                             "on 2 cores) or pass --model")
         model_path = cfg.model or tiny.get_tiny_model(recipe, verbose=accelerator.is_main_process)
     model, tok = (lora.load(cfg, model_path, dtype, resume_from) if cfg.lora_rank else  # base + adapter (resumed)
                   load_model(resume_from or model_path, dtype, flag="--resume" if resume_from else "--model"))
