@@ -45,6 +45,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the projec
 # Every run: 16 prompts x 8 = 128 responses per step (half the default batch: 3 seeds x every variant must fit the
 # minutes), 200 held-out problems, one torch thread, math-verify in process (the workers are the parallelism).
 COMMON = ["--batch-size", "128", "--mini-batch-size", "128", "--group-size", "8", "--eval-problems", "200", "--reward-workers", "0", "--threads", "1"]
+# --task countdown: the same experiments on Countdown (level 1, the shipped cold start models/tiny-qwen2-countdown and
+# its defaults: config.py COUNTDOWN), where a search's length and its choices give the techniques something to act on.
+# The papers whose experiments have a Countdown form so far:
+COUNTDOWN = ["--train-data", "builtin-countdown"]
+COUNTDOWN_PAPERS = ("dapo", "entropy")
 
 
 @dataclass
@@ -144,11 +149,13 @@ def line(what, res, fmt="{:.3g}"):
 
 # ------------------------------------------------------------------------------------------------
 # The experiments, one list per paper
-def dapo_experiments():
+def dapo_experiments(task="math"):
     steps = ["GRPO", "+ overlong filtering", "+ clip-higher", "+ soft overlong punishment", "+ token-level loss",
              "+ dynamic sampling (= DAPO)"]
-    adds = [[], ["--overlong-filter"], ["--clip-high", "0.28"], ["--overlong-buffer", "8"], ["--loss-agg", "token-mean"],
-            ["--dynamic-sampling", "--gen-batch-factor", "3"]]
+    cd = task == "countdown"
+    adds = [[], ["--overlong-filter"], ["--clip-high", "0.28"], ["--overlong-buffer", "32" if cd else "8"],
+            ["--loss-agg", "token-mean"], ["--dynamic-sampling", "--gen-batch-factor", "3"]]
+    bar = 0.3 if cd else 0.45  # the greedy accuracy whose first step is compared (Countdown's starts at 0.23)
     variants, acc = {}, []
     for name, add in zip(steps, adds):
         acc = acc + add
@@ -157,30 +164,42 @@ def dapo_experiments():
     def check(exp, runs):
         k = "eval/avg@4"
         top = compare(exp, steps[-1], steps[0], final(k))
-        steps_to = compare(exp, steps[-1], steps[0], first_step_at("eval/accuracy", 0.45), higher=False)
+        steps_to = compare(exp, steps[-1], steps[0], first_step_at("eval/accuracy", bar), higher=False)
         rises = sum(statistics.mean(per_seed(exp, b, final(k))) > statistics.mean(per_seed(exp, a, final(k)))
                     for a, b in zip(steps, steps[1:]))
         return verdict_of([top]), [line("final avg@4, DAPO vs GRPO", top),
-                                   line("steps to greedy accuracy 0.45 (nan = never), DAPO vs GRPO (fewer is better)", steps_to),
+                                   line(f"steps to greedy accuracy {bar} (nan = never), DAPO vs GRPO (fewer is better)", steps_to),
                                    f"techniques that raised mean avg@4 when added: {rises} of {len(steps) - 1}"]
 
+    base = COMMON + ["--wrong-reward", "-1", "--max-new-tokens", "32", "--mini-batch-size", "32", "--max-steps", "20",
+                     "--eval-every", "5", "--eval-samples", "4", "--eval-temperature", "1.0", "--eval-top-p", "0.7"]
+    note = ("Lengths: --max-new-tokens 32 truncates the worked solutions of the deepest sums (~50 tokens), so the two "
+            "overlong techniques have responses to act on (DAPO: 16K + 4K cache of 20K). mu = 4 (mini-batches of 32 of "
+            "the 128 responses; DAPO's is 16), reward +-1 in every row, the dapo recipe's generation factor 3.")
+    if cd:
+        base = COMMON + COUNTDOWN + ["--wrong-reward", "-1", "--mini-batch-size", "32", "--max-steps", "30",
+                                     "--eval-every", "10", "--eval-samples", "4", "--eval-temperature", "1.0",
+                                     "--eval-top-p", "0.7"]
+        note = ("Countdown level 1, the shipped cold start, its defaults: 128 tokens, which 40-56 % of the first steps' "
+                "searches reach (a search makes ~5 attempts of ~20 tokens in them), so the overlong filter and the soft "
+                "punishment (the last 32 tokens, the dapo recipe's 16 of 64 scaled) act on a large share of the batch, as "
+                "they do on DAPO's longest responses. lr 3e-4 (the Countdown default), mu = 4, reward +-1 in every row, "
+                "the dapo recipe's generation factor 3; 30 steps.")
     return [Experiment(
         "DAPO Table 1: the cumulative ablation",
         "DAPO Table 1: each technique added to naive GRPO raises AIME avg@32 (30 -> 36 -> 38 -> 41 -> 42 -> 50).",
-        COMMON + ["--wrong-reward", "-1", "--max-new-tokens", "32", "--mini-batch-size", "32", "--max-steps", "20",
-                  "--eval-every", "5", "--eval-samples", "4", "--eval-temperature", "1.0", "--eval-top-p", "0.7"],
-        variants, check,
+        base, variants, check,
         [("greedy acc", final("eval/accuracy")), ("avg@4", final("eval/avg@4")), ("pass@4", final("eval/pass@4")),
-         ("steps to 0.45", first_step_at("eval/accuracy", 0.45)), ("truncated", over_run("rollout/truncated_frac")),
-         ("clip hi", over_run("policy/clip_frac_high"))],
+         (f"steps to {bar}", first_step_at("eval/accuracy", bar)), ("truncated", over_run("rollout/truncated_frac")),
+         ("clip hi", over_run("policy/clip_frac_high")), ("entropy", over_run("policy/entropy")),
+         ("length", over_run("rollout/response_length"))],
         [("held-out greedy accuracy", "eval:eval/accuracy"), ("train accuracy", "rollout/accuracy"),
-         ("response length", "rollout/response_length"), ("truncated share", "rollout/truncated_frac")],
-        note="Lengths: --max-new-tokens 32 truncates the worked solutions of the deepest sums (~50 tokens), so the two "
-             "overlong techniques have responses to act on (DAPO: 16K + 4K cache of 20K). mu = 4 (mini-batches of 32 of "
-             "the 128 responses; DAPO's is 16), reward +-1 in every row, the dapo recipe's generation factor 3.")]
+         ("response length", "rollout/response_length"), ("truncated share", "rollout/truncated_frac"),
+         ("token entropy", "policy/entropy")],
+        note=note)]
 
 
-def entropy_experiments():
+def entropy_experiments(task="math"):
     sym, hi = ["--clip-high", "0.2"], ["--clip-high", "0.28"]
     variants = {"eps 0.2/0.2, mu 1": sym, "eps 0.2/0.28, mu 1": hi,
                 "eps 0.2/0.2, mu 8": sym + ["--mini-batch-size", "16"], "eps 0.2/0.28, mu 8": hi + ["--mini-batch-size", "16"]}
@@ -200,14 +219,17 @@ def entropy_experiments():
         "Entropy: clip-higher and off-policy updates",
         "DAPO Sec. 3.1 (Fig. 2): with the symmetric clip the entropy collapses; clip-higher (eps_high 0.28) keeps it up. "
         "Skywork-OR1 Sec. 3.7 / 4: more off-policy updates per rollout (N_SGD > 1) collapse entropy faster.",
-        COMMON + ["--loss-agg", "token-mean", "--max-steps", "30", "--eval-every", "0", "--eval-samples", "0"],
+        COMMON + (COUNTDOWN if task == "countdown" else []) + ["--loss-agg", "token-mean", "--max-steps", "30",
+                                                               "--eval-every", "0", "--eval-samples", "0"],
         variants, check,
         [("entropy, first 5", lambda r: statistics.mean(m["policy/entropy"] for m in r.metrics[:5])),
          ("entropy, last 5", last("policy/entropy", 5)), ("clip hi", over_run("policy/clip_frac_high")),
-         ("clip lo", over_run("policy/clip_frac_low")), ("greedy acc", final("eval/accuracy"))],
+         ("clip lo", over_run("policy/clip_frac_low")), ("greedy acc", final("eval/accuracy")),
+         ("length", over_run("rollout/response_length"))],
         [("token entropy", "policy/entropy"), ("train accuracy", "rollout/accuracy"),
          ("clip fraction (high)", "policy/clip_frac_high")],
-        note="mu 8 = mini-batches of 16 of the 128 responses; token-mean loss in all four.")]
+        note="mu 8 = mini-batches of 16 of the 128 responses; token-mean loss in all four." + (
+            " Countdown level 1, the shipped cold start, its defaults (128 tokens, lr 3e-4)." if task == "countdown" else ""))]
 
 
 def skywork_experiments():
@@ -544,8 +566,9 @@ def load_run(out) -> Run:
     return Run(out, read("metrics.jsonl"), read("evals.jsonl"), json.load(open(os.path.join(out, "summary.json"))))
 
 
-def run_paper(paper, seeds, workers, root, smoke):
-    exps = PAPERS[paper]()
+def run_paper(paper, seeds, workers, root, smoke, task="math"):
+    exps = PAPERS[paper](task) if task == "countdown" else PAPERS[paper]()
+    root = os.path.join(root, "countdown") if task == "countdown" else root
     jobs = [(e, v, s, os.path.join(root, paper, slug(e.name)[:40], slug(v), f"seed{s}"))
             for e in exps for v in e.variants for s in seeds]
     t0, n = time.time(), len(jobs)
@@ -612,11 +635,14 @@ def plot(exps, path, command):
     plt.close(fig)
 
 
-def report(paper, exps, seeds, wall, command, write_docs):
-    md = [f"# Reproduction: {paper}", "", f"Command: `{command}` (~{wall[0] / 60:.1f} min on this 2-core machine: the "
+def report(paper, exps, seeds, wall, command, write_docs, task="math"):
+    name = f"{paper}_countdown" if task == "countdown" else paper  # docs/reproduce_NAME.md and .png
+    where = f"runs/reproduce/countdown/{paper}/" if task == "countdown" else f"runs/reproduce/{paper}/"
+    md = [f"# Reproduction: {paper}" + (" on Countdown" if task == "countdown" else ""), "",
+          f"Command: `{command}` (~{wall[0] / 60:.1f} min on this 2-core machine: the "
           f"runs' total time over 2 workers, load average up to {wall[1]:.1f} while they ran; seeds "
-          f"{', '.join(map(str, seeds))}; runs in `runs/reproduce/{paper}/`).", "",
-          f"![{paper}](reproduce_{paper}.png)", ""]
+          f"{', '.join(map(str, seeds))}; runs in `{where}`).", "",
+          f"![{name}](reproduce_{name}.png)", ""]
     verdicts = []
     for e in exps:
         verdict, checks = e.check(e, e.runs)
@@ -638,10 +664,10 @@ def report(paper, exps, seeds, wall, command, write_docs):
     if write_docs:
         docs = os.path.join(ROOT, "docs")
         os.makedirs(docs, exist_ok=True)
-        with open(os.path.join(docs, f"reproduce_{paper}.md"), "w") as f:
+        with open(os.path.join(docs, f"reproduce_{name}.md"), "w") as f:
             f.write(text)
-        plot(exps, os.path.join(docs, f"reproduce_{paper}.png"), command)
-        print(f"wrote docs/reproduce_{paper}.md and docs/reproduce_{paper}.png")
+        plot(exps, os.path.join(docs, f"reproduce_{name}.png"), command)
+        print(f"wrote docs/reproduce_{name}.md and docs/reproduce_{name}.png")
     return verdicts
 
 
@@ -652,6 +678,8 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=2, help="train.py runs at a time (default: 2, one per core)")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "reproduce"), help="where the runs go")
     ap.add_argument("--smoke", action="store_true", help="2 steps, the first seed only, nothing written to docs/")
+    ap.add_argument("--task", choices=("math", "countdown"), default="math", help="the built-in task the runs train on "
+                    f"(countdown: {', '.join(COUNTDOWN_PAPERS)} so far; reports docs/reproduce_PAPER_countdown.md)")
     a = ap.parse_args(argv)
     try:
         seeds = [int(s) for s in a.seeds.split(",")]
@@ -659,11 +687,18 @@ def main(argv=None):
         raise SystemExit(f"error: --seeds: {a.seeds!r} is not a comma-separated list of integers") from None
     if a.smoke:
         seeds = seeds[:1]
+    papers = list(PAPERS) if a.paper == "all" else [a.paper]
+    if a.task == "countdown":
+        if a.paper != "all" and a.paper not in COUNTDOWN_PAPERS:
+            raise SystemExit(f"error: --task countdown: {a.paper} has no Countdown form yet (those that do: "
+                             f"{', '.join(COUNTDOWN_PAPERS)})")
+        papers = [p for p in papers if p in COUNTDOWN_PAPERS]
     out = {}
-    for paper in (list(PAPERS) if a.paper == "all" else [a.paper]):
-        exps, wall = run_paper(paper, seeds, max(1, a.workers), a.out, a.smoke)
-        command = f"python bench/reproduce.py {paper}" + (f" --seeds {a.seeds}" if a.seeds != "0,1,2" else "")
-        out[paper] = report(paper, exps, seeds, wall, command, write_docs=not a.smoke)
+    for paper in papers:
+        exps, wall = run_paper(paper, seeds, max(1, a.workers), a.out, a.smoke, a.task)
+        command = f"python bench/reproduce.py {paper}" + (f" --seeds {a.seeds}" if a.seeds != "0,1,2" else "") + (
+            " --task countdown" if a.task == "countdown" else "")
+        out[paper] = report(paper, exps, seeds, wall, command, write_docs=not a.smoke, task=a.task)
     return out
 
 

@@ -28,6 +28,26 @@ def test_every_variant_is_a_valid_run(paper):
                     assert cfg.max_steps == 2
 
 
+@pytest.mark.parametrize("paper", reproduce.COUNTDOWN_PAPERS)
+def test_every_countdown_variant_is_a_valid_countdown_run(paper):
+    """--task countdown: each variant trains on builtin-countdown with the Countdown defaults (reward, 128 tokens, lr
+    3e-4) and its paper's own changes; the math form of the same experiment differs only where it says."""
+    for e, m in zip(reproduce.PAPERS[paper]("countdown"), reproduce.PAPERS[paper]()):
+        assert e.variants.keys() == m.variants.keys() and e.name == m.name
+        for v in e.variants:
+            cfg = config.parse_config(reproduce.train_argv(e, v, 0, "/tmp/x", False))
+            assert (cfg.train_data, cfg.reward, cfg.max_new_tokens, cfg.lr, cfg.batch_size) == (
+                "builtin-countdown", "countdown", 128, 3e-4, 128)
+            math = config.parse_config(reproduce.train_argv(m, v, 0, "/tmp/x", False))
+            assert (cfg.clip_high, cfg.loss_agg, cfg.dynamic_sampling, cfg.overlong_filter, cfg.mini_batch_size) == (
+                math.clip_high, math.loss_agg, math.dynamic_sampling, math.overlong_filter, math.mini_batch_size)
+
+
+def test_countdown_task_of_a_paper_without_one_is_one_error(capsys):
+    with pytest.raises(SystemExit, match="error: --task countdown: compass has no Countdown form yet"):
+        reproduce.main(["compass", "--task", "countdown", "--smoke"])
+
+
 def run(metrics, summary=None):
     return reproduce.Run("x", [{"step": i + 1, **m} for i, m in enumerate(metrics)], [], summary or {"after": {}})
 
