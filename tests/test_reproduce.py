@@ -67,6 +67,8 @@ def test_compare_and_verdict_by_hand():
     assert reproduce.compare(e, "a", "b", mean, higher=False)[:3] == (False, 1, 3)
     assert reproduce.cv("k")(e.runs["a"][0]) == pytest.approx(2 ** 0.5 / 2)  # sd(1, 3) / mean(1, 3)
     assert reproduce.mean_sd([1.0, 2.0, 3.0]) == "2 ± 1"
+    never = lambda r: float("nan") if r.metrics[0]["k"] == 1.0 else 10  # noqa: E731 (first_step_at's "never")
+    assert reproduce.compare(e, "c", "b", never, higher=False)[:3] == (False, 0, 3)  # b never: no difference, no crash
 
 
 def test_one_paper_end_to_end_at_two_steps(tmp_path):
