@@ -115,8 +115,8 @@ RECIPES = {
 
 # The Countdown task's defaults (tasks/countdown.py, the model tools/tiny.py CountdownRecipe): set when the run trains
 # on builtin-countdown or gives --reward countdown (a flag given still wins). The shipped cold start searches level 1
-# by whole attempts of ~20 tokens (8 at most in its SFT searches: up to ~190 tokens); the length limit of 128 tokens
-# lets a search make ~5 attempts, so that finding the target sooner is what the reward pays for: 40-56 % of the first
+# by whole attempts of ~24 tokens (8 at most in its SFT searches: up to ~220 tokens); the length limit of 128 tokens
+# lets a search make four or five, so that finding the target sooner is what the reward pays for: 40-56 % of the first
 # steps' responses reach it (GRPO on the same cold start gained 0.11-0.17 avg@4 at 128 tokens, 0.13 at 96, nothing
 # at 320: docs/countdown.md). 16 prompts x 8 a step and 200 steps: about ten minutes on 2 cores. The recipes'
 # length-scaled values grow with the limit (COUNTDOWN_SCALE) and their learning rates by COUNTDOWN_LR_SCALE.

@@ -105,20 +105,26 @@ def test_countdown_micro_batches_give_the_batch_gradient():
     assert max(len(ex.solution) for ex in rows) > 2 * min(len(ex.solution) for ex in rows)  # padding differs
 
 
+def _sft_rows(monkeypatch, **fields):
+    """countdown_sft's SFT rows for a small CountdownRecipe (fit replaced: each step's micro-batches are collected) ->
+    (tokenizer, [(the row's ids without padding, its labels)])."""
+    recipe = tiny.CountdownRecipe(hidden=32, layers=1, intermediate=64, heads=2, kv_heads=1, sft_micro=8, **fields)
+    tok = tiny.build_tokenizer(recipe.words(), recipe.positions)
+    seen = []
+    monkeypatch.setattr(tiny, "fit", lambda model, r, batch_of, log_every: seen.extend(
+        batch_of(step) for step in range(r.sft_steps)))
+    tiny.countdown_sft(None, tok, recipe)
+    return tok, [(ids[i][attn[i] == 1], lab[i]) for mb in seen for ids, attn, lab in mb for i in range(len(ids))]
+
+
 def test_countdown_sft_keeps_searches_within_the_token_budget(monkeypatch):
     """trace "search": every SFT search fits `sft_tokens` tokens and ends in its answer (a cut search would teach no
     ending), the pool has sft_steps x sft_batch of them, and the levels' long searches still come in (some > half the
     budget)."""
     from tasks import countdown as cd
 
-    recipe = tiny.CountdownRecipe(hidden=32, layers=1, intermediate=64, heads=2, kv_heads=1, sft_steps=6, sft_batch=16,
-                                  sft_micro=8, sft_problems=60, sft_tokens=200, trace="search", levels="1,2,3")
-    tok = tiny.build_tokenizer(recipe.words(), recipe.positions)
-    seen = []
-    monkeypatch.setattr(tiny, "fit", lambda model, r, batch_of, log_every: seen.extend(
-        batch_of(step) for step in range(r.sft_steps)))
-    tiny.countdown_sft(None, tok, recipe)
-    rows = [(ids[i][attn[i] == 1], lab[i]) for mb in seen for ids, attn, lab in mb for i in range(len(ids))]
+    tok, rows = _sft_rows(monkeypatch, sft_steps=6, sft_batch=16, sft_problems=60, sft_tokens=200, trace="search",
+                          levels="1,2,3")
     assert len(rows) == 6 * 16
     lengths = []
     for ids, lab in rows:
@@ -135,14 +141,9 @@ def test_countdown_sft_cut_searches(monkeypatch):
     length limit cuts a sampled one: no answer and no EOS; those that fit end in their answer and EOS."""
     from tasks import countdown as cd
 
-    recipe = tiny.CountdownRecipe(hidden=32, layers=1, intermediate=64, heads=2, kv_heads=1, sft_steps=4, sft_batch=16,
-                                  sft_micro=8, sft_problems=60, sft_tokens=150, trace="search-cut", levels="2,3")
-    tok = tiny.build_tokenizer(recipe.words(), recipe.positions)
-    seen = []
-    monkeypatch.setattr(tiny, "fit", lambda model, r, batch_of, log_every: seen.extend(
-        batch_of(step) for step in range(r.sft_steps)))
-    tiny.countdown_sft(None, tok, recipe)
-    rows = [lab[i] for mb in seen for ids, attn, lab in mb for i in range(len(ids))]
+    tok, rows = _sft_rows(monkeypatch, sft_steps=4, sft_batch=16, sft_problems=60, sft_tokens=150, trace="search-cut",
+                          levels="2,3")
+    rows = [lab for _, lab in rows]
     ended = cut = 0
     for lab in rows:
         response = [t for t in lab.tolist() if t != -100]
@@ -162,15 +163,8 @@ def test_countdown_sft_attempts_searches(monkeypatch):
     from the sft_problems, each search with no slip, one "yes" on its last attempt, an answer that scores 1 and EOS."""
     from tasks import countdown as cd
 
-    recipe = tiny.CountdownRecipe(hidden=32, layers=1, intermediate=64, heads=2, kv_heads=1, sft_steps=5, sft_batch=16,
-                                  sft_micro=8, sft_problems=40)
-    assert (recipe.trace, recipe.levels) == ("attempts", "1")
-    tok = tiny.build_tokenizer(recipe.words(), recipe.positions)
-    seen = []
-    monkeypatch.setattr(tiny, "fit", lambda model, r, batch_of, log_every: seen.extend(
-        batch_of(step) for step in range(r.sft_steps)))
-    tiny.countdown_sft(None, tok, recipe)
-    rows = [(ids[i][attn[i] == 1], lab[i]) for mb in seen for ids, attn, lab in mb for i in range(len(ids))]
+    assert (tiny.CountdownRecipe().trace, tiny.CountdownRecipe().levels) == ("attempts", "1")
+    tok, rows = _sft_rows(monkeypatch, sft_steps=5, sft_batch=16, sft_problems=40)
     assert len(rows) == 5 * 16
     problems = {p.prompt: p.answer for p in cd.countdown_task(40, "train", 1, levels=(1,))}
     used, attempts = set(), []
