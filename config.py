@@ -118,7 +118,7 @@ RECIPES = {
 # by whole attempts of ~24 tokens (8 at most in its SFT searches: up to ~220 tokens); the length limit of 128 tokens
 # lets a search make four or five, so that finding the target sooner is what the reward pays for: 40-56 % of the first
 # steps' responses reach it (GRPO on the same cold start gained 0.11-0.17 avg@4 at 128 tokens, 0.13 at 96, nothing
-# at 320: docs/countdown.md). 16 prompts x 8 a step and 200 steps: about ten minutes on 2 cores. The recipes'
+# at 320: docs/countdown.md). 16 prompts x 8 a step and 200 steps: 494 s on a quiet 2-core VM. The recipes'
 # length-scaled values grow with the limit (COUNTDOWN_SCALE) and their learning rates by COUNTDOWN_LR_SCALE.
 COUNTDOWN = dict(reward="countdown", max_new_tokens=128, eval_problems=200, batch_size=128, max_steps=200, eval_every=50)
 COUNTDOWN_SCALE = ("overlong_buffer", "token_budget")  # x 128 / 64 under the Countdown defaults
