@@ -49,7 +49,7 @@ COMMON = ["--batch-size", "128", "--mini-batch-size", "128", "--group-size", "8"
 # its defaults: config.py COUNTDOWN), where a search's length and its choices give the techniques something to act on.
 # The papers whose experiments have a Countdown form so far:
 COUNTDOWN = ["--train-data", "builtin-countdown"]
-COUNTDOWN_PAPERS = ("dapo", "entropy", "skywork")
+COUNTDOWN_PAPERS = ("dapo", "entropy", "skywork", "ringlite")
 
 
 @dataclass
@@ -272,17 +272,21 @@ def skywork_experiments(task="math"):
                  "0.13, below the target, so the controller's bonus pushes it up from the first steps." if task == "countdown" else ""))]
 
 
-def ringlite_experiments():
-    base = COMMON + ["--kl-coef", "1e-3", "--entropy-coef", "5e-4", "--max-steps", "30", "--eval-every", "0",
-                     "--eval-samples", "0", "--loss-agg", "token-mean", "--stages", ""]
+def ringlite_experiments(task="math"):
+    cd = task == "countdown"
+    base = COMMON + (COUNTDOWN if cd else []) + ["--kl-coef", "1e-3", "--entropy-coef", "5e-4", "--max-steps", "30",
+                                                 "--eval-every", "0", "--eval-samples", "0", "--loss-agg", "token-mean",
+                                                 "--stages", ""]
+    budget = 8192 if cd else 1024  # below every step's response tokens (Countdown: the c3po recipe's 4,096 x 128 / 64)
+    c3po_ = f"C3PO (budget {budget})"
 
     def tokens(r):  # tokens in the loss per update: C3PO's selection, else every response token of the step
         return [m.get("c3po/tokens_used", m["rollout/response_length"] * 128) for m in r.metrics]
 
     def check_a(exp, runs):
-        tok = compare(exp, "C3PO (budget 1024)", "GRPO", lambda r: statistics.stdev(tokens(r)) / statistics.mean(tokens(r)),
+        tok = compare(exp, c3po_, "GRPO", lambda r: statistics.stdev(tokens(r)) / statistics.mean(tokens(r)),
                       higher=False)
-        gn = compare(exp, "C3PO (budget 1024)", "GRPO", cv("perf/grad_norm"), higher=False)
+        gn = compare(exp, c3po_, "GRPO", cv("perf/grad_norm"), higher=False)
         return verdict_of([tok, gn]), [line("tokens per update, sd / mean over steps: C3PO vs GRPO", tok),
                                       line("grad norm, sd / mean over steps: C3PO vs GRPO", gn)]
 
@@ -291,14 +295,16 @@ def ringlite_experiments():
             "Ring-lite Fig. 7: C3PO's constant token budget",
             "Ring-lite Sec. 3.2, Fig. 7: under GRPO the tokens per update and the gradient norm move with the response "
             "length; C3PO's fixed token budget makes the tokens per update constant and the gradient norm steadier.",
-            base, {"GRPO": [], "C3PO (budget 1024)": ["--algorithm", "c3po", "--token-budget", "1024"]}, check_a,
+            base, {"GRPO": [], c3po_: ["--algorithm", "c3po", "--token-budget", str(budget)]}, check_a,
             [("tokens/update mean", lambda r: statistics.mean(tokens(r))),
              ("tokens/update sd/mean", lambda r: statistics.stdev(tokens(r)) / statistics.mean(tokens(r))),
              ("grad norm mean", over_run("perf/grad_norm")), ("grad norm sd/mean", cv("perf/grad_norm")),
              ("response length", over_run("rollout/response_length")), ("greedy acc", final("eval/accuracy"))],
             [("tokens per update", tokens), ("grad norm", "perf/grad_norm"), ("response length", "rollout/response_length")],
-            note="Ring-lite's other settings (KL 1e-3, entropy 5e-4, mu 1) in both; GRPO with token-mean. The budget 1024 "
-                 "is below the step's ~1.5-3K response tokens, so it binds on every step.")]
+            note="Ring-lite's other settings (KL 1e-3, entropy 5e-4, mu 1) in both; GRPO with token-mean. " + (
+                "Countdown level 1, the shipped cold start, its defaults (128 tokens, lr 3e-4): a step's 128 responses "
+                "hold ~10-14K tokens, so the budget 8192 binds on every step." if cd else
+                "The budget 1024 is below the step's ~1.5-3K response tokens, so it binds on every step."))]
 
 
 def ringlite_stages_experiments():
