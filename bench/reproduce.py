@@ -50,6 +50,12 @@ COMMON = ["--batch-size", "128", "--mini-batch-size", "128", "--group-size", "8"
 # The papers whose experiments have a Countdown form so far:
 COUNTDOWN = ["--train-data", "builtin-countdown"]
 COUNTDOWN_PAPERS = ("dapo", "entropy", "skywork", "ringlite")
+ON_COUNTDOWN = "Countdown level 1, the shipped cold start, its defaults (128 tokens, lr 3e-4)"  # the reports' notes
+
+
+def common(task: str) -> list:
+    """COMMON, and on Countdown its task (whose config.py defaults then apply)."""
+    return COMMON + (COUNTDOWN if task == "countdown" else [])
 
 
 @dataclass
@@ -178,9 +184,9 @@ def dapo_experiments(task="math"):
             "overlong techniques have responses to act on (DAPO: 16K + 4K cache of 20K). mu = 4 (mini-batches of 32 of "
             "the 128 responses; DAPO's is 16), reward +-1 in every row, the dapo recipe's generation factor 3.")
     if cd:
-        base = COMMON + COUNTDOWN + ["--wrong-reward", "-1", "--mini-batch-size", "32", "--max-steps", "30",
-                                     "--eval-every", "10", "--eval-samples", "4", "--eval-temperature", "1.0",
-                                     "--eval-top-p", "0.7"]
+        base = common(task) + ["--wrong-reward", "-1", "--mini-batch-size", "32", "--max-steps", "30",
+                               "--eval-every", "10", "--eval-samples", "4", "--eval-temperature", "1.0",
+                               "--eval-top-p", "0.7"]
         note = ("Countdown level 1, the shipped cold start, its defaults: 128 tokens, which 40-56 % of the first steps' "
                 "searches reach (an attempt is ~24 tokens: four or five fit), so the overlong filter and the soft "
                 "punishment (the last 32 tokens, the dapo recipe's 16 of 64 scaled) act on a large share of the batch, as "
@@ -220,8 +226,7 @@ def entropy_experiments(task="math"):
         "Entropy: clip-higher and off-policy updates",
         "DAPO Sec. 3.1 (Fig. 2): with the symmetric clip the entropy collapses; clip-higher (eps_high 0.28) keeps it up. "
         "Skywork-OR1 Sec. 3.7 / 4: more off-policy updates per rollout (N_SGD > 1) collapse entropy faster.",
-        COMMON + (COUNTDOWN if task == "countdown" else []) + ["--loss-agg", "token-mean", "--max-steps", "30",
-                                                               "--eval-every", "0", "--eval-samples", "0"],
+        common(task) + ["--loss-agg", "token-mean", "--max-steps", "30", "--eval-every", "0", "--eval-samples", "0"],
         variants, check,
         [("entropy, first 5", lambda r: statistics.mean(m["policy/entropy"] for m in r.metrics[:5])),
          ("entropy, last 5", last("policy/entropy", 5)), ("clip hi", over_run("policy/clip_frac_high")),
@@ -230,7 +235,7 @@ def entropy_experiments(task="math"):
         [("token entropy", "policy/entropy"), ("train accuracy", "rollout/accuracy"),
          ("clip fraction (high)", "policy/clip_frac_high")],
         note="mu 8 = mini-batches of 16 of the 128 responses; token-mean loss in all four." + (
-            " Countdown level 1, the shipped cold start, its defaults (128 tokens, lr 3e-4)." if task == "countdown" else ""))]
+            f" {ON_COUNTDOWN}." if task == "countdown" else ""))]
 
 
 def skywork_experiments(task="math"):
@@ -252,8 +257,8 @@ def skywork_experiments(task="math"):
         "Skywork-OR1: adaptive entropy control",
         "Skywork-OR1 Sec. 3.2 (Eq. 3.2, Figs. 9-10): the adaptive coefficient holds the entropy near its target; a fixed "
         "coefficient either lets it collapse (small) or makes it blow up (large).",
-        COMMON + (COUNTDOWN if task == "countdown" else []) + ["--loss-agg", "token-mean", "--mini-batch-size", "64",
-                                                               "--max-steps", "30", "--eval-every", "0", "--eval-samples", "0"],
+        common(task) + ["--loss-agg", "token-mean", "--mini-batch-size", "64", "--max-steps", "30", "--eval-every", "0",
+                        "--eval-samples", "0"],
         variants, check,
         [("entropy, first 5", lambda r: statistics.mean(m["policy/entropy"] for m in r.metrics[:5])),
          ("entropy, last 5", last("policy/entropy", 5)), ("controller's estimate, last 5", last("policy/entropy_estimate", 5)), ("|e - target|, 2nd half", dist),
@@ -268,15 +273,14 @@ def skywork_experiments(task="math"):
              " model's entropy starts near 0.2); the step Delta = 1e-2 and the cap 2e-1 are scaled up: at 2e-2 (a first run, kept in the table) the bonus did "
              "not slow the collapse at all on this model, and 30 steps need a faster controller than Skywork's "
              "Delta = 1e-4 (code) / 5e-3 (paper) with cap 5e-3 over thousands of steps." + (
-                 " Countdown level 1, the shipped cold start, its defaults (128 tokens, lr 3e-4); its entropy starts at "
-                 "0.13, below the target, so the controller's bonus pushes it up from the first steps." if task == "countdown" else ""))]
+                 f" {ON_COUNTDOWN}; its entropy starts at 0.13, below the target, so the controller's bonus pushes it "
+                 "up from the first steps." if task == "countdown" else ""))]
 
 
 def ringlite_experiments(task="math"):
     cd = task == "countdown"
-    base = COMMON + (COUNTDOWN if cd else []) + ["--kl-coef", "1e-3", "--entropy-coef", "5e-4", "--max-steps", "30",
-                                                 "--eval-every", "0", "--eval-samples", "0", "--loss-agg", "token-mean",
-                                                 "--stages", ""]
+    base = common(task) + ["--kl-coef", "1e-3", "--entropy-coef", "5e-4", "--max-steps", "30", "--eval-every", "0",
+                           "--eval-samples", "0", "--loss-agg", "token-mean", "--stages", ""]
     budget = 8192 if cd else 1024  # below every step's response tokens (Countdown: the c3po recipe's 4,096 x 128 / 64)
     c3po_ = f"C3PO (budget {budget})"
 
@@ -302,8 +306,8 @@ def ringlite_experiments(task="math"):
              ("response length", over_run("rollout/response_length")), ("greedy acc", final("eval/accuracy"))],
             [("tokens per update", tokens), ("grad norm", "perf/grad_norm"), ("response length", "rollout/response_length")],
             note="Ring-lite's other settings (KL 1e-3, entropy 5e-4, mu 1) in both; GRPO with token-mean. " + (
-                "Countdown level 1, the shipped cold start, its defaults (128 tokens, lr 3e-4): a step's 128 responses "
-                "hold ~10-14K tokens, so the budget 8192 binds on every step." if cd else
+                f"{ON_COUNTDOWN}: a step's 128 responses hold ~10-14K tokens, so the budget 8192 binds on every step."
+                if cd else
                 "The budget 1024 is below the step's ~1.5-3K response tokens, so it binds on every step."))]
 
 

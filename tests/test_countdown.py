@@ -543,7 +543,6 @@ def test_mechanism_decision_reads_the_token_after_each_list():
     assert f["decided_wrong"] == round(f["checks_not_holding"] / (f["checks_holding"] + f["checks_not_holding"]), 3)
 
 
-
 def test_attempts_given_reads_the_verdict_after_each_check():
     """bench/countdown_decision.attempts_given: an oracle (all probability on the data's own next token) says "yes"
     with p = 1 at every check whose attempt makes the target and 0 at every other; a model that gives "y" 0.3 and "n"
@@ -560,6 +559,7 @@ def test_attempts_given_reads_the_verdict_after_each_check():
     f = dec.attempts_given(_flat(y, n), tok)
     assert (f["p_yes_when_it_does"], f["p_yes_when_it_does_not"]) == (0.75, 0.75)
     assert f["decided_wrong"] == round(f["checks_not_holding"] / (f["checks_holding"] + f["checks_not_holding"]), 3)
+
 
 def test_decision_trials_forms():
     """bench/countdown_decision.py: target-in-check writes the target in each check and stops the list at it; a drill's

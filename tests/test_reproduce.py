@@ -45,7 +45,7 @@ def test_every_countdown_variant_is_a_valid_countdown_run(paper):
                 math.algorithm, math.entropy_coef, math.adaptive_entropy, math.kl_coef)
 
 
-def test_countdown_task_of_a_paper_without_one_is_one_error(capsys):
+def test_countdown_task_of_a_paper_without_one_is_one_error():
     with pytest.raises(SystemExit, match="error: --task countdown: compass has no Countdown form yet"):
         reproduce.main(["compass", "--task", "countdown", "--smoke"])
 
