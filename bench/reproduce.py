@@ -601,7 +601,7 @@ def run_paper(paper, seeds, workers, root, smoke, task="math"):
     metas = [json.load(open(os.path.join(out, "run.json"))) for *_, out in jobs]
     # the command's cost: the runs' total seconds over the workers (a run reused from an interrupted command counts
     # what it took then), and the busiest the machine was when a run ended
-    wall = (sum(m["wall_s"] for m in metas) / workers, max(m["load_avg_1min"] for m in metas))
+    wall = (sum(m["wall_s"] for m in metas) / workers, max(m["load_avg_1min"] for m in metas), workers)
     for e in exps:
         e.runs = {v: [load_run(out) for e2, v2, _, out in jobs if e2 is e and v2 == v] for v in e.variants}
     return exps, wall
@@ -655,7 +655,7 @@ def report(paper, exps, seeds, wall, command, write_docs, task="math"):
     where = f"runs/reproduce/countdown/{paper}/" if task == "countdown" else f"runs/reproduce/{paper}/"
     md = [f"# Reproduction: {paper}" + (" on Countdown" if task == "countdown" else ""), "",
           f"Command: `{command}` (~{wall[0] / 60:.1f} min on this 2-core machine: the "
-          f"runs' total time over 2 workers, load average up to {wall[1]:.1f} while they ran; seeds "
+          f"runs' total time over {wall[2]} worker{'s' if wall[2] > 1 else ''}, load average up to {wall[1]:.1f} while they ran; seeds "
           f"{', '.join(map(str, seeds))}; runs in `{where}`).", "",
           f"![{name}](reproduce_{name}.png)", ""]
     verdicts = []
