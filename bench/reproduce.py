@@ -12,6 +12,7 @@ the claims of the two losses after the seeds (GSPO, CISPO: gspo.py, cispo.py).
     python bench/reproduce.py async      # one-step off-policy rollout (--rollout-lag 1) vs the synchronous loop
     python bench/reproduce.py offpolicy-losses   # DAPO's token clip vs GSPO's sequence clip vs CISPO's weight cap, mu 16
     python bench/reproduce.py all
+    python bench/reproduce.py PAPER --task countdown   # the same on Countdown (every paper but ringlite-stages, mimo-code)
 
 Each command trains every variant of its experiments with `train.py` (the project's own recipes and flags only) for
 each seed (`--seeds`, default 0,1,2), `--workers` runs at a time (default 2: one per core, one torch thread each),
@@ -33,6 +34,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -47,9 +49,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the projec
 COMMON = ["--batch-size", "128", "--mini-batch-size", "128", "--group-size", "8", "--eval-problems", "200", "--reward-workers", "0", "--threads", "1"]
 # --task countdown: the same experiments on Countdown (level 1, the shipped cold start models/tiny-qwen2-countdown and
 # its defaults: config.py COUNTDOWN), where a search's length and its choices give the techniques something to act on.
-# The papers whose experiments have a Countdown form so far:
+# The papers whose experiments have a Countdown form (compass on levels 1-2: its curriculum needs a harder level):
 COUNTDOWN = ["--train-data", "builtin-countdown"]
-COUNTDOWN_PAPERS = ("dapo", "entropy", "skywork", "ringlite")
+COUNTDOWN_PAPERS = ("dapo", "entropy", "skywork", "ringlite", "mimo", "compass", "async", "offpolicy-losses")
+# and the two whose claim is about something a Countdown answer does not have (the error --task countdown gives):
+NO_COUNTDOWN = {"ringlite-stages": "its claim is about two domains trained in turn (math, then code), and the Countdown "
+                                   "model knows one",
+                "mimo-code": "its claim is about partial credit over a program's test cases, and a Countdown answer is "
+                             "one check (right or wrong)"}
 ON_COUNTDOWN = "Countdown level 1, the shipped cold start, its defaults (128 tokens, lr 3e-4)"  # the reports' notes
 
 
@@ -338,8 +345,9 @@ def ringlite_stages_experiments():
                  "schedule --stages expresses; Ring-lite's joint runs mix domains within a batch.")]
 
 
-def mimo_experiments():
-    seam = COMMON + ["--dynamic-sampling", "--mini-batch-size", "128", "--max-steps", "12", "--eval-every", "0",
+def mimo_experiments(task="math"):
+    cd = task == "countdown"
+    seam = common(task) + ["--dynamic-sampling", "--mini-batch-size", "128", "--max-steps", "12", "--eval-every", "0",
                      "--eval-samples", "0"]
 
     def waste(r):
@@ -351,8 +359,8 @@ def mimo_experiments():
         return verdict_of([t, w]), [line("rollout seconds per step: seamless vs naive", t),
                                    line("share of generated responses discarded: seamless vs naive", w)]
 
-    pool = COMMON + ["--dynamic-sampling", "--mini-batch-size", "32", "--max-steps", "24", "--eval-every", "0",
-                     "--eval-samples", "0", "--train-problems", "256"]
+    pool = common(task) + ["--dynamic-sampling", "--mini-batch-size", "32", "--max-steps", "24", "--eval-every", "0",
+                           "--eval-samples", "0", "--train-problems", "256"]
 
     def eff(r):  # kept / generated over the last 8 steps: the sampling efficiency
         return statistics.mean(128 / m["rollout/generated"] for m in r.metrics[-8:])
@@ -374,7 +382,7 @@ def mimo_experiments():
             [("rollout seconds", "perf/gen_time_s"), ("responses generated", "rollout/generated")],
             note="Waves on the default engine (vLLM's continuous batching is the --rollout vllm path): the saving is the "
                  "launch sizing and the overlap of scoring with generation. Two runs share the 2 cores, so the seconds "
-                 "are noisy; the generated counts are not."),
+                 "are noisy; the generated counts are not." + (f" {ON_COUNTDOWN}." if cd else "")),
         Experiment(
             "MiMo Sec. 3.3: easy-data resampling",
             "MiMo Sec. 3.3: as more problems reach a 100% pass rate, dynamic sampling wastes more generations; moving them "
@@ -388,8 +396,9 @@ def mimo_experiments():
              ("train accuracy", "rollout/accuracy")],
             note="mu = 4. 'drop solved' = --drop-solved: a prompt solved perfectly once leaves the pool for good. "
                  "--train-problems 256: the ~850 prompts drawn in 24 steps then cover the data about three times, as "
-                 "MiMo's epochs do; over the 20,000 built-in problems (a first run, same settings otherwise) a solved "
-                 "prompt was rarely drawn again, and the pool could only cost efficiency (0.382 vs 0.424 kept / generated)."),
+                 "MiMo's epochs do" + (f". {ON_COUNTDOWN}." if cd else
+                 "; over the 20,000 built-in problems (a first run, same settings otherwise) a solved "
+                 "prompt was rarely drawn again, and the pool could only cost efficiency (0.382 vs 0.424 kept / generated).")),
     ]
 
 
@@ -416,29 +425,48 @@ def mimo_code_experiments():
              "generated group is counted (no filter).")]
 
 
-def compass_experiments():
+def compass_experiments(task="math"):
+    cd = task == "countdown"
+    hard = (2,) if cd else (4, 5)  # the hardest levels of the task's mix
+
     def hard_acc(r, e):
-        return (e.get("eval/accuracy_level4", 0) + e.get("eval/accuracy_level5", 0)) / 2
+        return sum(e.get(f"eval/accuracy_level{k}", 0) for k in hard) / len(hard)
 
     def check(exp, runs):
         a = compare(exp, "staged easy -> hard", "uniform mix", final("eval/accuracy"))
         h = compare(exp, "staged easy -> hard", "uniform mix", lambda r: hard_acc(r, r.summary["after"]))
         return verdict_of([a, h]), [line("final greedy accuracy: staged vs uniform", a),
-                                   line("final accuracy on levels 4-5: staged vs uniform", h)]
+                                   line(f"final accuracy on level{'s 4-5' if not cd else ' 2'}: staged vs uniform", h)]
+
+    levels = (1, 2) if cd else (1, 2, 3, 4, 5)
+    base = COMMON + ["--recipe", "compass", "--max-steps", "30", "--eval-every", "5", "--eval-samples", "0"]
+    note = ("The compass recipe (+-1 reward, clip-higher, token-mean, dynamic sampling) either way, at mu = 1 (the shared "
+            "--mini-batch-size 128 wins over the recipe's 16: the stages are compared, not the updates per rollout); "
+            "the uniform mix is the same run with --curriculum ''.")
+    if cd:
+        base = COMMON + ["--train-data", "builtin-countdown:1,2", "--recipe", "compass", "--max-steps", "30",
+                         "--eval-every", "10", "--eval-samples", "0", "--max-gen-rounds", "20"]
+        note += (" Countdown levels 1-2 (3 numbers and two steps; 4 numbers, two steps and a distractor), the held-out "
+                 "set the same mix. The cold start was SFT'd on level 1 alone: greedy 0.23 at level 1, 0.035 at level 2 "
+                 "and 0 at level 3 (150 held-out problems of levels 1-3, 128 tokens), so level 2 is a cliff, as the hard "
+                 "levels of a real curriculum are, and level 3 (no signal at all) is left out. The stages' mixes are "
+                 "compass_stages' over the two levels (renormalised): 4:3, then 1:2, then level 2 alone, against 1:1; "
+                 "up to 20 generation rounds a step (the recipe's 10 can fall short of 16 mixed groups on level 2). "
+                 + ON_COUNTDOWN + ".")
 
     return [Experiment(
         "Compass-Thinker: staged curriculum",
         "Compass-Thinker Sec. 3-4: training in stages of increasing difficulty beats one uniform mix of all levels.",
-        COMMON + ["--recipe", "compass", "--max-steps", "30", "--eval-every", "5", "--eval-samples", "0"],
-        {"staged easy -> hard": [], "uniform mix": ["--curriculum", ""]}, check,
-        [("greedy acc", final("eval/accuracy"))] + [(f"level {k}", final(f"eval/accuracy_level{k}")) for k in range(1, 6)],
-        [(f"held-out accuracy, level {k}", f"eval:eval/accuracy_level{k}") for k in (1, 3, 5)]
+        base, {"staged easy -> hard": [], "uniform mix": ["--curriculum", ""]}, check,
+        [("greedy acc", final("eval/accuracy"))] + [(f"level {k}", final(f"eval/accuracy_level{k}")) for k in levels]
+        + ([("length", over_run("rollout/response_length")), ("gen rounds", over_run("rollout/gen_rounds"))] if cd else []),
+        [(f"held-out accuracy, level {k}", f"eval:eval/accuracy_level{k}") for k in (levels[0], levels[len(levels) // 2], levels[-1])]
         + [("held-out accuracy", "eval:eval/accuracy")],
-        note="The compass recipe (+-1 reward, clip-higher, token-mean, dynamic sampling, mu 8 at this batch) either way; "
-             "the uniform mix is the same run with --curriculum ''.")]
+        note=note)]
 
 
-def async_experiments():
+def async_experiments(task="math"):
+    cd = task == "countdown"
     sync, lag = "K 0 (synchronous)", "K 1 (one step off-policy)"
 
     def check(exp, runs):
@@ -464,7 +492,7 @@ def async_experiments():
         "One-step off-policy rollout: accuracy per step",
         "verl's one-step-off-policy trainer, AReaL's decoupled PPO: generating batch k+1 with theta_k while the update "
         "on batch k runs, with the decoupled loss, learns as fast per step as the synchronous loop.",
-        COMMON + ["--max-steps", "30", "--eval-every", "5", "--eval-samples", "0"],
+        common(task) + ["--max-steps", "30", "--eval-every", "5", "--eval-samples", "0"],
         {sync: [], lag: ["--rollout-lag", "1"]}, check,
         [("greedy acc", final("eval/accuracy")), ("TIS ESS", over_run("policy/tis_ess")),
          ("TIS capped", over_run("policy/tis_capped_frac")), ("logp gap prox-behav", over_run("policy/engine_logp_gap"))],
@@ -472,20 +500,24 @@ def async_experiments():
          ("response length", "rollout/response_length")],
         note="GRPO defaults at 128 responses per step; K 1 weights each token by min(pi_prox / pi_behav, 2). The speed "
              "of K 1 is bench/async_rollout.py's (docs/speed.md): here two runs share the two cores, so a producer "
-             "thread has no core of its own and the wall times say nothing about the overlap.")]
+             "thread has no core of its own and the wall times say nothing about the overlap." + (
+                 f" {ON_COUNTDOWN}: three times the math task's lr, so one step of staleness moves the policy more."
+                 if cd else ""))]
 
 
-def offpolicy_losses_experiments():
-    """DAPO's token clip vs GSPO's sequence clip vs CISPO's weight cap, off-policy: mu = 16, then also one step stale."""
+def offpolicy_losses_experiments(task="math"):
+    """DAPO's token clip vs GSPO's sequence clip vs CISPO's weight cap, off-policy: mu = 16, then also one step stale
+    (on Countdown the synchronous experiment alone: both would pass the 30 minutes)."""
+    cd = task == "countdown"
     dapo_, gspo_, cispo_ = "DAPO token clip 0.2/0.28", "GSPO sequence clip 3e-4/4e-4", "CISPO weight cap 5"
-    cispo_lr = "CISPO weight cap 5, lr 2.5e-5"
+    cispo_lr = f"CISPO weight cap 5, lr {'7.5e-5' if cd else '2.5e-5'}"
     variants = {dapo_: ["--algorithm", "dapo", "--clip-low", "0.2", "--clip-high", "0.28", "--loss-agg", "token-mean"],
                 gspo_: ["--algorithm", "gspo", "--clip-low", "3e-4", "--clip-high", "4e-4", "--loss-agg", "seq-mean-token-mean"],
                 cispo_: ["--algorithm", "cispo", "--clip-low", "1.0", "--clip-high", "4.0", "--loss-agg", "token-mean"],
                 # added after the first runs (CISPO at the shared lr 1e-4 collapsed): the cispo recipe's lr, outside the
                 # verdict, which stays the one declared before the runs
                 cispo_lr: ["--algorithm", "cispo", "--clip-low", "1.0", "--clip-high", "4.0", "--loss-agg", "token-mean",
-                           "--lr", "2.5e-5"]}
+                           "--lr", "7.5e-5" if cd else "2.5e-5"]}
     clipped = lambda r: over_run("policy/clip_frac_low")(r) + over_run("policy/clip_frac_high")(r)  # noqa: E731
 
     def spikes(r: Run):  # steps whose grad norm exceeds 3x the run's median
@@ -503,8 +535,8 @@ def offpolicy_losses_experiments():
             line("share of tokens clipped, GSPO vs DAPO (GSPO Sec. 5.2: about 100x more)", more, "{:.3g}"),
             line("grad-norm spikes (> 3x the run's median), GSPO vs DAPO (fewer = steadier; not in the verdict)", steadier[0]),
             line("grad-norm spikes, CISPO vs DAPO (not in the verdict)", steadier[1]),
-            line("final greedy accuracy, CISPO at the cispo recipe's lr 2.5e-5 vs DAPO at 1e-4 (not in the verdict)",
-                 compare(exp, cispo_lr, dapo_, acc))]
+            line(f"final greedy accuracy, CISPO at the cispo recipe's lr {cispo_lr.split()[-1]} vs DAPO at "
+                 f"{'3e-4' if cd else '1e-4'} (not in the verdict)", compare(exp, cispo_lr, dapo_, acc))]
 
     claim = ("MiniMax-M1 Sec. 3.1 (Fig. 2): with many off-policy updates per rollout, CISPO, which keeps every token's "
              "gradient under a capped weight, learns faster than DAPO's token clip. GSPO Sec. 5 (Sec. 5.1-5.2): the "
@@ -527,6 +559,15 @@ def offpolicy_losses_experiments():
             "token's gradient), and at 1e-4 its entropy rose and its accuracy fell, so the last variant runs it at the "
             "cispo recipe's lr 2.5e-5 (added after the first three had run; the verdict is the declared check on the "
             "first three).")
+    if cd:
+        base = common(task) + base[len(COMMON):]
+        note = ("mu = 16 as in the math form (2 passes over 8 mini-batches of 16 of the 128 responses); the first three "
+                "variants differ in the loss alone, with no dynamic sampling, overlong shaping or KL, at the Countdown lr "
+                "3e-4; the fourth is CISPO at the cispo recipe's Countdown lr 7.5e-5 (2.5e-5 x 3), declared before these "
+                "runs because CISPO collapsed at the shared lr on the math task (outside the verdict, as there). "
+                f"{ON_COUNTDOWN}. The math form's one-step-stale experiment is left out: its 12 more runs would pass the "
+                "30 minutes.")
+        return [Experiment("Off-policy losses at mu = 16", claim, base, variants, check, table, plots, note=note)]
     return [Experiment("Off-policy losses at mu = 16", claim, base, variants, check, table, plots, note=note),
             Experiment("Off-policy losses at mu = 16, one step stale (--rollout-lag 1)", claim,
                        base + ["--rollout-lag", "1"], variants, check, table, plots, note=note)]
@@ -559,10 +600,8 @@ def run_one(argv, out):
     done, meta = os.path.join(out, "summary.json"), os.path.join(out, "run.json")
     if os.path.exists(done) and os.path.exists(meta) and json.load(open(meta))["argv"] == argv:
         return 0.0
-    os.makedirs(out, exist_ok=True)
-    for name in ("summary.json", "metrics.jsonl", "evals.jsonl", "samples.jsonl"):
-        if os.path.exists(os.path.join(out, name)):
-            os.remove(os.path.join(out, name))
+    shutil.rmtree(out, ignore_errors=True)  # an unfinished or different run starts again from nothing
+    os.makedirs(out)
     with open(meta, "w") as f:
         json.dump({"argv": argv}, f)
     t0 = time.time()
@@ -694,7 +733,7 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "reproduce"), help="where the runs go")
     ap.add_argument("--smoke", action="store_true", help="2 steps, the first seed only, nothing written to docs/")
     ap.add_argument("--task", choices=("math", "countdown"), default="math", help="the built-in task the runs train on "
-                    f"(countdown: {', '.join(COUNTDOWN_PAPERS)} so far; reports docs/reproduce_PAPER_countdown.md)")
+                    f"(countdown: every paper but {' and '.join(NO_COUNTDOWN)}; reports docs/reproduce_PAPER_countdown.md)")
     a = ap.parse_args(argv)
     try:
         seeds = [int(s) for s in a.seeds.split(",")]
@@ -705,8 +744,8 @@ def main(argv=None):
     papers = list(PAPERS) if a.paper == "all" else [a.paper]
     if a.task == "countdown":
         if a.paper != "all" and a.paper not in COUNTDOWN_PAPERS:
-            raise SystemExit(f"error: --task countdown: {a.paper} has no Countdown form yet (those that do: "
-                             f"{', '.join(COUNTDOWN_PAPERS)})")
+            raise SystemExit(f"error: --task countdown: {a.paper} has no Countdown form: {NO_COUNTDOWN[a.paper]} (those "
+                             f"that have one: {', '.join(COUNTDOWN_PAPERS)})")
         papers = [p for p in papers if p in COUNTDOWN_PAPERS]
     out = {}
     for paper in papers:
