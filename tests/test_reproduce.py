@@ -127,3 +127,24 @@ def test_offpolicy_losses_check_by_hand():
     assert e.table[5][1](e.runs[dapo_][0]) == 1.0  # one step of three above 3x the median grad norm
     e.runs[gspo_] = runs([0.40, 0.41, 0.42], 0.3)
     assert e.check(e, e.runs)[0] == "partly"
+
+
+def test_readme_verdict_table_is_the_reports():
+    """The README's table of verdicts, math and Countdown side by side, says what each committed report computed (a
+    paper of two experiments: both verdicts, 'a / b', where they differ); 'no form' exactly where --task countdown has
+    none."""
+    readme = open(os.path.join(reproduce.ROOT, "README.md")).read()
+    rows = [r.split("|")[1:-1] for r in readme.splitlines() if r.startswith("| ") and r.count("`") == 2 and " | `" in r]
+    seen = set()
+    for claim, paper, math, countdown in rows:
+        paper = paper.strip().strip("`")
+        seen.add(paper)
+        for cell, name in ((math, paper), (countdown, f"{paper}_countdown")):
+            said = cell.replace("**", "").split(" (")[0].strip()
+            path = os.path.join(reproduce.ROOT, "docs", f"reproduce_{name}.md")
+            if said == "no form":
+                assert name.endswith("_countdown") and paper in reproduce.NO_COUNTDOWN and not os.path.exists(path)
+                continue
+            verdicts = [line.split("**Verdict: ")[1].split(".**")[0] for line in open(path) if line.startswith("**Verdict")]
+            assert said == " / ".join(dict.fromkeys(verdicts)), (paper, name, said, verdicts)
+    assert seen == set(reproduce.PAPERS)
