@@ -452,7 +452,7 @@ def compass_experiments(task="math"):
                  "levels of a real curriculum are, and level 3 (no signal at all) is left out. The stages' mixes are "
                  "compass_stages' over the two levels (renormalised): 4:3, then 1:2, then level 2 alone, against 1:1; "
                  "up to 20 generation rounds a step (the recipe's 10 can fall short of 16 mixed groups on level 2). "
-                 + ON_COUNTDOWN + ".")
+                 "The shipped cold start and the Countdown defaults (128 tokens, lr 3e-4).")
 
     return [Experiment(
         "Compass-Thinker: staged curriculum",
