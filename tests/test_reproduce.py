@@ -148,3 +148,17 @@ def test_readme_verdict_table_is_the_reports():
             verdicts = [line.split("**Verdict: ")[1].split(".**")[0] for line in open(path) if line.startswith("**Verdict")]
             assert said == " / ".join(dict.fromkeys(verdicts)), (paper, name, said, verdicts)
     assert seen == set(reproduce.PAPERS)
+
+
+@pytest.mark.parametrize("task", ["math", "countdown"])
+def test_committed_reports_are_the_codes_experiments(task):
+    """Every committed report names the claim, the settings and the note its experiments now have: a flag or a note
+    changed in bench/reproduce.py without rerunning the command leaves a report that no longer says what ran."""
+    for paper in reproduce.PAPERS:
+        if task == "countdown" and paper in reproduce.NO_COUNTDOWN:
+            continue
+        exps = reproduce.PAPERS[paper](task) if task == "countdown" else reproduce.PAPERS[paper]()
+        text = open(os.path.join(reproduce.ROOT, "docs", f"reproduce_{paper}{'_countdown' * (task == 'countdown')}.md")).read()
+        for e in exps:
+            settings = "python train.py " + " ".join(a if a else repr(a) for a in e.base)
+            assert all(part in text for part in (e.name, e.claim, e.note, settings)), (paper, e.name)
