@@ -620,8 +620,23 @@ def load_run(out) -> Run:
     return Run(out, read("metrics.jsonl"), read("evals.jsonl"), json.load(open(os.path.join(out, "summary.json"))))
 
 
+def experiments(paper, task="math"):
+    """`paper`'s experiments on `task` (ringlite-stages and mimo-code have the math form alone)."""
+    return PAPERS[paper](task) if task == "countdown" else PAPERS[paper]()
+
+
+def report_name(paper, task="math"):
+    """docs/reproduce_NAME.md and .png of `paper` on `task`."""
+    return f"{paper}_countdown" if task == "countdown" else paper
+
+
+def shell(flags) -> str:
+    """train.py flags as typed (an empty value quoted)."""
+    return " ".join(a if a else repr(a) for a in flags)
+
+
 def run_paper(paper, seeds, workers, root, smoke, task="math"):
-    exps = PAPERS[paper](task) if task == "countdown" else PAPERS[paper]()
+    exps = experiments(paper, task)
     root = os.path.join(root, "countdown") if task == "countdown" else root
     jobs = [(e, v, s, os.path.join(root, paper, slug(e.name)[:40], slug(v), f"seed{s}"))
             for e in exps for v in e.variants for s in seeds]
@@ -690,7 +705,7 @@ def plot(exps, path, command):
 
 
 def report(paper, exps, seeds, wall, command, write_docs, task="math"):
-    name = f"{paper}_countdown" if task == "countdown" else paper  # docs/reproduce_NAME.md and .png
+    name = report_name(paper, task)
     where = f"runs/reproduce/countdown/{paper}/" if task == "countdown" else f"runs/reproduce/{paper}/"
     md = [f"# Reproduction: {paper}" + (" on Countdown" if task == "countdown" else ""), "",
           f"Command: `{command}` (~{wall[0] / 60:.1f} min on this 2-core machine: the "
@@ -708,8 +723,8 @@ def report(paper, exps, seeds, wall, command, write_docs, task="math"):
             md.append(f"| {v} | " + " | ".join(mean_sd([fn(r) for r in runs]) for _, fn in e.table) + " |")
         md += ["", "Per seed (" + e.table[0][0] + "): " + "; ".join(
             f"{v}: " + ", ".join(f"{e.table[0][1](r):.3g}" for r in runs) for v, runs in e.runs.items()), ""]
-        md += [f"Settings: `python train.py {' '.join(a if a else repr(a) for a in e.base)}` + per variant: "
-               + "; ".join(f"{v}: `{' '.join(a if a else repr(a) for a in flags) or '(nothing)'}`" if len(' '.join(flags)) < 120
+        md += [f"Settings: `python train.py {shell(e.base)}` + per variant: "
+               + "; ".join(f"{v}: `{shell(flags) or '(nothing)'}`" if len(' '.join(flags)) < 120
                            else f"{v}: `{' '.join(flags)[:110]}...`" for v, flags in e.variants.items()) + ".", ""]
         if e.note:
             md += [e.note, ""]

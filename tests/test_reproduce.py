@@ -139,7 +139,7 @@ def test_readme_verdict_table_is_the_reports():
     for claim, paper, math, countdown in rows:
         paper = paper.strip().strip("`")
         seen.add(paper)
-        for cell, name in ((math, paper), (countdown, f"{paper}_countdown")):
+        for cell, name in ((math, paper), (countdown, reproduce.report_name(paper, "countdown"))):
             said = cell.replace("**", "").split(" (")[0].strip()
             path = os.path.join(reproduce.ROOT, "docs", f"reproduce_{name}.md")
             if said == "no form":
@@ -157,8 +157,7 @@ def test_committed_reports_are_the_codes_experiments(task):
     for paper in reproduce.PAPERS:
         if task == "countdown" and paper in reproduce.NO_COUNTDOWN:
             continue
-        exps = reproduce.PAPERS[paper](task) if task == "countdown" else reproduce.PAPERS[paper]()
-        text = open(os.path.join(reproduce.ROOT, "docs", f"reproduce_{paper}{'_countdown' * (task == 'countdown')}.md")).read()
-        for e in exps:
-            settings = "python train.py " + " ".join(a if a else repr(a) for a in e.base)
+        text = open(os.path.join(reproduce.ROOT, "docs", f"reproduce_{reproduce.report_name(paper, task)}.md")).read()
+        for e in reproduce.experiments(paper, task):
+            settings = "python train.py " + reproduce.shell(e.base)
             assert all(part in text for part in (e.name, e.claim, e.note, settings)), (paper, e.name)
