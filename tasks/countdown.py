@@ -771,7 +771,8 @@ def check_attempts(text: str, target: int) -> Counter:
     a op b), "hits" (attempts whose last written result is the target), "wrong_checks" (the target miswritten, or
     "yes" / "no" not what the written result and the target say), "claims" ("yes") and "false_claims" (a "yes" after
     a slip, or after a last result that is not the target), "missed" (a "no" after the target written as the result),
-    "repeats" (an attempt's steps written earlier in the same search). Each step's arithmetic is checked, not which
+    "repeats" (an attempt's steps written earlier in the same search), "slipped_hits" (hits with a slip: the target
+    written as a result the arithmetic does not give). Each step's arithmetic is checked, not which
     numbers it uses (whether the answer uses the given ones is the verifier's to say); a result may be written
     negative or as a fraction (a slip where it is not the step's value; over 0, always); numbers of more than 9 digits
     are not read. attempt_trace's searches have no slips (tested)."""
@@ -787,6 +788,7 @@ def check_attempts(text: str, target: int) -> Counter:
         n["wrong_steps"] += slips
         written = results[-1] if results else None
         n["hits"] += written == target
+        n["slipped_hits"] += written == target and slips > 0
         n["wrong_checks"] += int(m[2]) != target or (m[3] == "yes") != (written == target)
         n["repeats"] += m[1] in seen
         seen.add(m[1])

@@ -260,7 +260,7 @@ def test_attempt_trace():
 
 
 def test_check_attempts():
-    """check_attempts counts hand-made lines exactly: slips, wrong checks, false claims, misses, repeats."""
+    """check_attempts counts hand-made lines exactly: slips, wrong checks, false claims, misses, repeats, slipped hits."""
     text = ("Try 9 - 6 = 3, 10 + 3 = 13. Target 25: no.\n"  # right
             "Try 6 + 10 = 16, 9 + 16 = 24. Target 25: no.\n"  # a slip (25), checked right against what is written
             "Try 6 + 10 = 16, 9 + 16 = 25. Target 25: yes.\n"  # right, a true claim
@@ -271,6 +271,7 @@ def test_check_attempts():
     n = cd.check_attempts(text, 25)
     assert (n["attempts"], n["steps"], n["wrong_steps"], n["hits"]) == (7, 14, 2, 4)
     assert (n["claims"], n["false_claims"], n["wrong_checks"], n["missed"], n["repeats"]) == (4, 2, 3, 1, 1)
+    assert n["slipped_hits"] == 1  # 54 - 10 = 25: the target written where the step gives 44
     assert cd.check_attempts("Try 7 / 0 = 3. Target 3: yes.", 3)["false_claims"] == 1
     odd = cd.check_attempts("Try 9 - 12 = -3, 2 * 4 = 8. Target 8: yes.\nTry 3 / 2 = 3/2, 4 * 3/2 = 6. Target 6: yes.\n"
                             "Try 7 / 2 = 3/0. Target 3: no.\nTry . Target 5: yes.\nTry 1 + 1 = 2" + "9" * 5000, 8)
