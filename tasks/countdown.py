@@ -772,10 +772,10 @@ def check_attempts(text: str, target: int) -> Counter:
     "yes" / "no" not what the written result and the target say), "claims" ("yes") and "false_claims" (a "yes" after
     a slip, or after a last result that is not the target), "missed" (a "no" after the target written as the result),
     "repeats" (an attempt's steps written earlier in the same search), "slipped_hits" (hits with a slip: the target
-    written as a result the arithmetic does not give). Each step's arithmetic is checked, not which
-    numbers it uses (whether the answer uses the given ones is the verifier's to say); a result may be written
-    negative or as a fraction (a slip where it is not the step's value; over 0, always); numbers of more than 9 digits
-    are not read. attempt_trace's searches have no slips (tested)."""
+    written as a result the arithmetic does not give). Each step's arithmetic is checked, not which numbers it uses
+    (whether the answer uses the given ones is the verifier's to say); a result may be written negative or as a
+    fraction (a slip where it is not the step's value; over 0, always); numbers of more than 9 digits are not read.
+    attempt_trace's searches have no slips (tested)."""
     n, seen = Counter(), set()
     for m in _ATTEMPT.finditer(text):
         n["attempts"] += 1
