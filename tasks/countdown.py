@@ -10,7 +10,8 @@ e.g. `<answer>25 * 7 + 3</answer>`; text before and after the pair is not read. 
 
 Reward (countdown_reward(completion, problem) -> 1.0 or 0.0), in order; the first rule that fails scores 0:
   1. The completion has an `<answer>...</answer>` pair (the last one counts, found with rfind: linear time).
-  2. Its content is at most MAX_ANSWER_CHARS characters (a 5-number equation needs under 40).
+  2. Its content, stripped of the whitespace around it, is at most MAX_ANSWER_CHARS characters (a 5-number equation
+     needs under 40): a right equation padded with newlines inside the tags is read, not refused.
   3. It tokenizes into non-negative integer literals, `+ - * /` (also `×` `÷` `−`, the same operations in print),
      parentheses and spaces; nothing else: no names, no `.` (so `2.5` is refused, not read as 2 and 5), no `=`.
   4. It parses (a hand-written recursive-descent parser, never eval) as binary operations only: `**` and `//` are two
@@ -189,6 +190,7 @@ class _Parser:
 def evaluate(equation: str, numbers: list[int]) -> Fraction | None:
     """The exact value of `equation` under rules 2-6 (module docstring), or None when it breaks one."""
     try:
+        equation = equation.strip(" \t\r\n")  # the whitespace tokenize skips: padding does not count toward the cap
         if len(equation) > MAX_ANSWER_CHARS:
             raise _Reject("too long")
         parser = _Parser(tokenize(equation, {str(x) for x in numbers}))

@@ -62,6 +62,18 @@ def test_answer_format():
     assert cd.extract_equation("a <answer>x</answer> b <answer>y") == "x"
 
 
+def test_whitespace_around_the_answer_does_not_count_toward_the_cap():
+    # rule 2's cap guards against hostile lengths; padding around a right equation is not one
+    p = {"numbers": [2, 5, 9], "target": 10}
+    pad = " " * cd.MAX_ANSWER_CHARS + "\n" * cd.MAX_ANSWER_CHARS
+    assert cd.countdown_reward(f"<answer>2 * 5{pad}</answer>", p) == 1.0
+    assert cd.countdown_reward(f"<answer>{pad}2 * 5\r\n\t{pad}</answer>", p) == 1.0
+    nines = [2, 5] + [9, 9] * 22
+    long = "(" * 10 + "2 * 5" + ")" * 10 + " + 9 - 9" * 22  # right (= 10), but 1 character over the cap
+    assert len(long) == cd.MAX_ANSWER_CHARS + 1 and cd.evaluate(long[:-8], nines) == 10  # one term less: read
+    assert cd.countdown_reward(f"<answer>{pad}{long}{pad}</answer>", {"numbers": nines, "target": 10}) == 0.0
+
+
 HOSTILE = [
     ("2 * 2 + 5", [2, 5, 9], 9),  # 2 used twice
     ("9 + 1", [2, 5, 9], 10),  # 1 not given
