@@ -148,6 +148,9 @@ def policy_loss(
     token_weights (N, T), detached, multiply the clipped surrogate per token (not the KL term): truncated
     importance sampling between the rollout engine and the trainer (async_rollout.tis_weights); None = all ones.
     dual_clip_c must be 0: CISPO change 5, refused (`dual_clip`).
+    TRL 1.16's default KL (use_bias_correction_kl=True) is k3 times r_it, uncapped and not detached: beta * k3 *
+    (r_it - 1) more than here, and a different gradient even at r_it = 1. TRL's CISPO divides by tokens only; its
+    dr_grpo normaliser is seq-mean-token-sum with num_seqs = N x max_completion_length (tests/test_cispo.py).
     """
     loss_tok, capped_low, capped_high = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
     adv = advantages.unsqueeze(-1)  # (N, 1); CISPO change 4: where PPO's clip would drop the gradient (M_it = 0)

@@ -165,6 +165,9 @@ def policy_loss(
     dual_clip_c > 1 bounds the clipped loss of a negative advantage by c * |A| before the weights (`dual_clip`,
     verl's clip_ratio_c); 0 = off, and then the metrics have no `clip_frac_dual`.
     GSPO change 4: seq_clip_frac_low / _high, the clipped share of the responses with a token in the loss.
+    TRL 1.16's default KL (use_bias_correction_kl=True) is k3 times s_i, not detached: beta * k3 * (s_i - 1) more than
+    here, and a different gradient even at s_i = 1. Its loss_type="dr_grpo" is loss_agg="seq-mean-token-sum" with
+    num_seqs = N x max_completion_length, N every row, emptied ones included (tests/test_gspo.py).
     """
     # GSPO change 1: the sequence ratio needs the mask
     loss_tok, clipped_low, clipped_high = clipped_surrogate(logp, old_logp, advantages, mask, clip_low, clip_high, token_form)

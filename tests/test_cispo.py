@@ -135,6 +135,34 @@ def test_equals_trls_own_loss(kl):
         assert abs(a2.item() - b2.item()) < 1e-6 and not math.isclose(a2.item(), b.item(), rel_tol=1e-3)
 
 
+def test_trls_bias_corrected_kl_and_dr_grpo_normaliser():
+    """The TRL 1.16 settings test_equals_trls_own_loss sets aside, as policy_loss's docstring states them:
+      * its default KL (use_bias_correction_kl=True) is k3 * r_it, r_it uncapped and with its gradient: ours plus
+        beta * aggregate(k3 * (r_it - 1)); on-policy (r = 1) the values agree and the gradients do not;
+      * its dr_grpo normaliser, rows x max_completion_length, is seq-mean-token-sum with num_seqs = N x L: on-policy
+        TRL's dr_grpo (PPO's clip) has CISPO's gradient under it (REINFORCE, weight 1), an emptied row counted.
+    """
+    from trl_standin import trl_loss
+
+    logp, old, adv, mask, ref = _batch()
+    n, L = mask.shape[0], 16  # max_completion_length: TRL's configured cap, above the batch's width
+    for o in (old, logp.detach()):  # off-policy (some ratios above the cap), then on-policy
+        a, _ = trl_loss(logp, o, adv, mask, ref, loss_type="cispo", epsilon_high=5.0, beta=0.04)
+        b, _ = cispo.policy_loss(logp, o, adv, mask, ref, kl_coef=0.04)
+        c = b + 0.04 * cispo.aggregate(cispo.kl_k3(logp, ref) * (torch.exp(logp - o) - 1), mask, "token-mean")
+        ga, gb, gc = (torch.autograd.grad(x, logp, retain_graph=True)[0] for x in (a, b, c))
+        assert abs(a.item() - c.item()) < 1e-12 and (ga - gc).abs().max().item() < 1e-12
+        assert (ga - gb).abs().max().item() > 1e-6  # the gradients differ (by beta k3 grad r, k3 ~ 0.005 here), on-policy too
+    assert abs(a.item() - b.item()) < 1e-12  # on-policy the values agree
+    m2 = mask.clone()
+    m2[2] = 0
+    for m in (mask, m2):
+        a, _ = trl_loss(logp, logp.detach(), adv, m, loss_type="dr_grpo", max_completion_length=L)
+        b, _ = cispo.policy_loss(logp, logp.detach(), adv, m, loss_agg="seq-mean-token-sum", num_seqs=n * L)
+        ga, gb = torch.autograd.grad(a, logp)[0], torch.autograd.grad(b, logp)[0]
+        assert (ga - gb).abs().max().item() < 1e-12 and ga.abs().max().item() > 0
+
+
 def test_token_weights_multiply_the_capped_weight():
     # --rollout-lag's pi_prox/pi_behav (or the engine's TIS weight) times the cap on pi_theta/pi_prox: AReaL's form
     logp, old, adv, mask, _ = _batch()

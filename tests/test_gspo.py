@@ -162,6 +162,38 @@ def test_equals_trls_own_loss(kl):
         assert abs(a2.item() - b2.item() * 7 / 8) < 1e-6
 
 
+def test_trls_bias_corrected_kl_and_dr_grpo():
+    """The two TRL 1.16 settings test_equals_trls_own_loss sets aside, as policy_loss's docstring states them:
+      * its default KL (use_bias_correction_kl=True) is k3 * s_i, s_i with its gradient: ours plus
+        beta * aggregate(k3 * (s_i - 1)); on-policy (s_i = 1) the values agree and the gradients do not;
+      * loss_type="dr_grpo" divides by rows x max_completion_length: seq-mean-token-sum with num_seqs = N x L,
+        an emptied row counted (the trainer's own num_seqs, the non-empty rows, gives L times TRL's loss).
+    """
+    from trl_standin import trl_loss
+
+    logp, old, adv, mask, ref = _batch()
+    n, L = mask.shape[0], 16  # max_completion_length: TRL's configured cap, above the batch's width T = 6
+    clip = dict(importance_sampling_level="sequence", epsilon=3e-4, epsilon_high=4e-4)
+    for o in (old, logp.detach()):  # off-policy, then on-policy (s_i = 1 exactly)
+        a, _ = trl_loss(logp, o, adv, mask, ref, loss_type="grpo", beta=0.04, **clip)  # bias correction: TRL's default
+        s = torch.exp(((logp - o) * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True))  # (N, 1), differentiable
+        b, _ = gspo.policy_loss(logp, o, adv, mask, ref, kl_coef=0.04)
+        c = b + 0.04 * gspo.aggregate(gspo.kl_k3(logp, ref) * (s - 1), mask, "seq-mean-token-mean")
+        ga, gb, gc = (torch.autograd.grad(x, logp, retain_graph=True)[0] for x in (a, b, c))
+        assert abs(a.item() - c.item()) < 1e-12 and (ga - gc).abs().max().item() < 1e-12
+        assert (ga - gb).abs().max().item() > 1e-6  # the gradients differ (by beta k3 grad r, k3 ~ 0.005 here), on-policy too
+    assert abs(a.item() - b.item()) < 1e-12  # on-policy the values agree
+    m2 = mask.clone()
+    m2[2] = 0
+    for m in (m2, mask):
+        a, _ = trl_loss(logp, old, adv, m, loss_type="dr_grpo", max_completion_length=L, **clip)
+        b, _ = gspo.policy_loss(logp, old, adv, m, loss_agg="seq-mean-token-sum", num_seqs=n * L)
+        ga, gb = torch.autograd.grad(a, logp)[0], torch.autograd.grad(b, logp)[0]
+        assert abs(a.item() - b.item()) < 1e-12 and (ga - gb).abs().max().item() < 1e-12
+    b, _ = gspo.policy_loss(logp, old, adv, mask, loss_agg="seq-mean-token-sum")  # every row non-empty: N rows
+    assert b.item() == pytest.approx(L * a.item(), rel=1e-12)
+
+
 def test_token_weights_weigh_each_response_by_the_mean_of_its_tokens():
     # TIS / --rollout-lag weights multiply the broadcast loss: response i counts as l_i * mean_t(w_it), as in verl
     logp, old, adv, mask, _ = _batch()
