@@ -381,7 +381,8 @@ def interrupted(output_dir: str, step: int | None, max_steps: int, launched_by_a
     if main_process() and sys.stderr.isatty():
         print(file=sys.stderr)  # below the progress bar's line
     ck = latest_checkpoint(output_dir)
-    where = "before the first step" if step is None else f"during step {step + 1} of {max_steps}"
+    where = ("before the first step" if step is None else f"during step {step + 1} of {max_steps}" if step < max_steps
+             else f"during the final evaluation (after step {max_steps} of {max_steps})")
     cmd = f"{'accelerate launch ... ' if launched_by_accelerate else 'python '}train.py --output-dir {output_dir} --resume auto"
     if ck:
         say(f"interrupted {where}; last checkpoint: {ck}; resume with: {cmd}")

@@ -99,9 +99,10 @@ def train(run: Run) -> list[dict]:
             print(f"evaluating the initial policy on {' + '.join(str(len(t.eval_set)) for t in run.tasks)} held-out problems ...",
                   flush=True)
         run_eval(run, 0, sampled=True)
-    elif due(cfg.eval_every, run.start_step) and run.evals[-1]["step"] < run.start_step:
+    elif due(cfg.eval_every, run.start_step) and run.evals[-1]["step"] < run.start_step < cfg.max_steps:
         run_eval(run, run.start_step)  # a finished run extended (a larger --max-steps): the evaluation its last step
-        # would have had if the run had been this long (its final one, with avg@k, is not the uninterrupted run's)
+        # would have had if the run had been this long (its final one, with avg@k, is not the uninterrupted run's);
+        # at start_step == max_steps the run was stopped in its final evaluation, which finish() makes again
     bar = runs.progress_bar(range(run.start_step, cfg.max_steps), initial=run.start_step, total=cfg.max_steps,
                disable=not accelerator.is_main_process, dynamic_ncols=True)
     for step in bar:
@@ -442,7 +443,7 @@ def run_eval(run: Run, step: int, sampled: bool = False) -> dict | None:
 
 def finish(run: Run, collector: Collector, t_start: float) -> list[dict]:
     """The final evaluation, the workers closed, summary.json and curves.png, the trackers flushed."""
-    run.step = None
+    run.step = run.cfg.max_steps  # Ctrl-C from here on: "during the final evaluation" (a resume makes it again)
     run_eval(run, run.cfg.max_steps, sampled=True)
     collector.close()
     for task in run.tasks:

@@ -160,6 +160,57 @@ def test_extending_a_finished_run_keeps_every_evaluation(tiny_model_path, tmp_pa
     assert samples[0] == samples[1]
 
 
+@pytest.mark.parametrize("where", ["generation", "evals row", "summary"])
+def test_ctrl_c_in_the_final_evaluation_then_resume(tiny_model_path, tmp_path, monkeypatch, capsys, where):
+    """Ctrl-C in the final evaluation (after the last checkpoint): its generation, between samples.jsonl and
+    evals.jsonl, or while summary.json is written. The line says so (not "before the first step"); the resumed run
+    leaves the uninterrupted run's evals.jsonl, samples.jsonl and summary.json (wall time aside): one final row with
+    avg@k, each evaluation's completions once."""
+    import evaluate
+
+    args = ["--model", tiny_model_path, *SMALL, "--max-steps", "2", "--save-every", "2", "--eval-every", "2", "--eval-samples", "2",
+            "--seed", "6"]
+    out, full = tmp_path / "run", tmp_path / "full"
+    calls, real_evaluate, real_summary = [], evaluate.evaluate, train.write_summary
+
+    def stop(*a, **kw):
+        raise KeyboardInterrupt
+
+    def counted_evaluate(*a, **kw):  # the second call is the final evaluation's
+        calls.append(1)
+        return stop() if where == "generation" and len(calls) == 2 else real_evaluate(*a, **kw)
+
+    def opened(path, mode="r", *a, **kw):
+        if where == "evals row" and str(path).endswith("evals.jsonl") and mode == "a" and len(calls) == 2:
+            stop()  # samples.jsonl has the final completions, evals.jsonl not yet its row
+        return open(path, mode, *a, **kw)
+
+    monkeypatch.setattr(evaluate, "evaluate", counted_evaluate)
+    monkeypatch.setattr(train, "open", opened, raising=False)
+    monkeypatch.setattr(train, "write_summary", stop if where == "summary" else real_summary)
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as e:
+            train.main([*args, "--output-dir", str(out)])
+    finally:
+        signal.signal(signal.SIGINT, handler)  # runs.interrupted ignores a second Ctrl-C from then on
+    assert e.value.code == 130
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"interrupted during the final evaluation (after step 2 of 2); last checkpoint: {out}"), last
+    assert not (out / "summary.json").exists()
+    monkeypatch.undo()
+    train.main(["--output-dir", str(out), "--resume", "auto"])
+    train.main([*args, "--output-dir", str(full)])
+    for name in ("evals.jsonl", "samples.jsonl"):
+        rows = [[json.loads(line) for line in open(d / name)] for d in (out, full)]
+        assert rows[0] == rows[1], name
+    assert [r["step"] for r in map(json.loads, open(out / "evals.jsonl"))] == [0, 2]
+    summaries = [json.load(open(d / "summary.json")) for d in (out, full)]
+    for s in summaries:
+        s.pop("wall_time_s")
+    assert summaries[0] == summaries[1] and "avg@2_after" in summaries[0]
+
+
 BUSY = "import torch\ntorch.set_num_threads(1)\nx = torch.randn(256, 256)\nwhile True:\n    x = (x @ x).tanh()\n"
 
 
