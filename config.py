@@ -200,8 +200,21 @@ def number(typ, check=None):
     return parse
 
 
-def not_a_file(v: str):
-    return os.path.isfile(v) and f"{v} is a file, not a directory"
+def run_dir(v: str):
+    """What stops train.py from making and writing the run directory `v`: a file on its path, or a place where no
+    directory can be made (/proc, a read-only disk). Tried with an empty directory made there and removed at once."""
+    import tempfile
+
+    where = os.path.normpath(v)
+    while not os.path.isdir(where or "."):
+        if os.path.exists(where):
+            return f"{v} is a file, not a directory" if where == os.path.normpath(v) else (
+                f"cannot make {v}: {where} is a file, not a directory")
+        where = os.path.dirname(where)
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".grpo-recipes-probe-", dir=where or "."))
+    except OSError as e:
+        return f"cannot make {v}: no directory can be made in {where or '.'} ({e.strerror})"
 
 
 def vllm_installed(v: str):
@@ -254,7 +267,7 @@ class Config:
                                "EOS, the model's generation_config EOS list and the chat template's end of turn")
     # --- run directory, checkpoints, resume ---
     output_dir: str = flag(RUN, "runs/default", "run directory (metrics, curves, samples, checkpoints, summary)",
-                           check=not_a_file)
+                           check=run_dir)
     max_steps: int = flag(RUN, 40, "number of RL steps (one step = one rollout batch)",
                           check=at_least(1))
     seed: int = flag(RUN, 0, "seed for data order, sampling and initialisation: same seed, same run",
@@ -665,6 +678,9 @@ def parse_config(argv=None, description: str = "") -> Config:
     if ns["mini_batch_size"] > ns["batch_size"] >= 1 and "mini_batch_size" not in given_flags(ap, argv):
         ns["mini_batch_size"] = ns["batch_size"]  # a batch below the mini-batch default is one mini-batch (mu = epochs)
     cfg = Config(**ns)
+    if cfg.overwrite and cfg.resume:
+        raise SystemExit(f"error: --overwrite: contradicts --resume {cfg.resume} (--resume continues the run, --overwrite "
+                         "replaces it): give one of them")
     from tools import tiny
     ckpt = runs.resolve_resume(cfg.resume, cfg.output_dir) if cfg.resume else None
     # --resume auto before the first checkpoint: the run's own settings (its config.json), not the defaults

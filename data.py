@@ -161,6 +161,8 @@ def read_rows(path: str) -> list[tuple[str, dict]]:
     """(location, row) pairs from a .jsonl / .json / .parquet file; location is 'file:line' or 'file:row'."""
     if not os.path.exists(path):
         raise DataError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise DataError(f"{path}: a directory, not a data file (.jsonl, .json or .parquet)")
     ext = os.path.splitext(path)[1].lower()
     try:
         if ext == ".jsonl":

@@ -32,7 +32,7 @@ from rollout import SamplingParams
 from tasks.countdown import CountdownReward
 from tasks.load import load_dataset
 from tasks.templates import TEMPLATES, build_prompt, check_template, opens_thought, parse_template_kwargs
-from tools.cli import ArgParser, cli
+from tools.cli import ArgParser, add_threads, cli, set_threads
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -182,8 +182,9 @@ def main(argv=None):
                     "--eval-samples; default: the run's, else 4)")
     ap.add_argument("--k", default="", help="comma-separated k values for pass@k, each <= --samples (default: 1 and "
                                             "--samples, train.py's)")
-    ap.add_argument("--temperature", type=config.number(float, config.TEMPERATURE), help="sampling temperature of avg@n / pass@k (train.py "
-                    "--eval-temperature; default: the run's, else 1.0)")
+    greedy = "(the greedy accuracy, temperature 0, is always measured; --samples 0 measures it alone)"
+    ap.add_argument("--temperature", type=config.number(float, config.above(0, greedy)), help="sampling temperature of "
+                    "avg@n / pass@k (train.py --eval-temperature; default: the run's, else 1.0)")
     ap.add_argument("--top-p", type=config.number(float, config.PROBABILITY), help="top-p of avg@n / pass@k (train.py --eval-top-p; default: the run's, else 1.0)")
     ap.add_argument("--max-new-tokens", type=config.number(int, config.at_least(1)), help="maximum response length (default: the run's, else 64)")
     ap.add_argument("--seed", type=count, help="the run's --seed: which problems, and the sampled evaluation's stream "
@@ -199,6 +200,7 @@ def main(argv=None):
                     "'{\"enable_thinking\": false}' (train.py --chat-template-kwargs; default: the run's, else none)")
     ap.add_argument("--stop", help="stop strings, '||'-separated (train.py --stop; default: the run's, else none)")
     ap.add_argument("--out", default="", help="also write the JSON to this file (default: none)")
+    add_threads(ap)  # train.py's --threads
     a = ap.parse_args(argv)
     if a.out and os.path.isdir(a.out):
         raise SystemExit(f"error: --out {a.out}: a directory, not a file")
@@ -210,6 +212,7 @@ def main(argv=None):
 
     import torch
 
+    set_threads(a.threads)
     from trainer import lora
     from trainer.stages import kind_of
     import rollout
@@ -240,11 +243,12 @@ def main(argv=None):
     kind = kind_of(st["reward"])
     examples = load_dataset(st["data"], split=st["split"], n=st["eval_problems"] or None, seed=st["seed"],
                             schema="countdown" if kind == "countdown" else None)  # bad data: before the model
-    print(f"evaluating {model_dir or 'the built-in tiny model'} with {source}: {shown}{over}", file=sys.stderr, flush=True)
     path = model_dir or tiny.get_tiny_model()
     model, tok, path = lora.load_any(path, torch.float32)  # a LoRA checkpoint: merged onto its base
     tkw = parse_template_kwargs(st["chat_template_kwargs"])
     check_template(tok, st["template"], kind, template_kwargs=tkw)
+    # (after the model's checks: a bad --model is one error line, alone)
+    print(f"evaluating {model_dir or 'the built-in tiny model'} with {source}: {shown}{over}", file=sys.stderr, flush=True)
     thought_open = opens_thought(tok, kind, st["template"], st["system_prompt"], tkw)  # R1-Distill: the prompt opens it
     stop = read_stops(st["stop"])
     builtin_model = not a.model or (run is not None and not run.get("model"))  # train.py's max_model_len for its tiny model

@@ -37,6 +37,7 @@ import sys
 import threading
 
 import torch
+from tqdm import tqdm
 
 RUN_FILES = ("config.json", "metrics.jsonl", "evals.jsonl", "samples.jsonl", "summary.json", "curves.png", "tensorboard")
 # settings a resumed run may change without changing what it computes (no warning)
@@ -84,30 +85,55 @@ def machine() -> dict:
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
 
 
+LOG_EVERY = 30.0  # seconds between two lines of a progress bar in a log file
+
+
 class _LogLines:
     """A progress bar's output when stderr is a file or a pipe: each refresh one plain line (tqdm redraws its line
-    with carriage returns, which a log file keeps as one unreadable line), none for the bar's clearing."""
+    with carriage returns, which a log file keeps as one unreadable line), none for the bar's clearing, none that
+    repeats the line before it."""
 
     def __init__(self, stream):
-        self.stream = stream
+        self.stream, self.last = stream, None
 
     def write(self, s: str) -> None:
         s = s.replace("\r", "").replace("\x1b[A", "").strip()
-        if s:
+        if s and s != self.last:
             self.stream.write(s + "\n")
+            self.last = s
 
     def flush(self) -> None:
         self.stream.flush()
 
 
-def progress_bar(iterable=None, **kw):
-    """tqdm on a terminal; elsewhere (a log file, a pipe) a line every 30 s and at the end, as _LogLines writes them."""
-    from tqdm import tqdm
+class _LogBar(tqdm):
+    """tqdm for a log file: a line only when the count moves and LOG_EVERY s have passed since the last line
+    (miniters=1, mininterval), never for a postfix (tqdm's set_postfix draws the line at once), and the count in it
+    is the current one (tqdm's own iteration updates the count it shows only when it draws)."""
 
-    if not sys.stderr.isatty():
-        kw.update(file=_LogLines(sys.stderr), mininterval=max(kw.get("mininterval", 0.1), 30.0), dynamic_ncols=False,
-                  ncols=120)
-    return tqdm(iterable, **kw)
+    def set_postfix(self, ordered_dict=None, refresh=True, **kwargs):
+        super().set_postfix(ordered_dict, refresh=False, **kwargs)  # shown with the next line
+
+    def __iter__(self):
+        if self.disable:
+            yield from self.iterable
+            return
+        try:
+            for item in self.iterable:
+                yield item
+                self.update()
+        finally:
+            self.close()
+
+
+def progress_bar(iterable=None, **kw):
+    """tqdm on a terminal; elsewhere (a log file, a pipe) _LogBar: a line at the start, at most one every LOG_EVERY
+    seconds, and one at the end (a bar with leave=False ends without one), as _LogLines writes them."""
+    if sys.stderr.isatty():
+        return tqdm(iterable, **kw)
+    kw.update(file=_LogLines(sys.stderr), mininterval=max(kw.get("mininterval", 0.1), LOG_EVERY), miniters=1,
+              dynamic_ncols=False, ncols=120)
+    return _LogBar(iterable, **kw)
 
 
 def save_checkpoint(path, accelerator, model, tok, optimizer, state: dict):

@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from rollout import SamplingParams, make_engine
 from tasks.addition import builtin_task
 from tasks.templates import build_prompt
+from tools.cli import add_threads, set_threads
 
 
 def timed(engine, prompts, n, sp, repeats):
@@ -54,7 +55,9 @@ def main():
     ap.add_argument("--engines", default="hf,fast,vllm", help="comma-separated: hf (generate), fast (engines.hf.FastEngine), vllm")
     ap.add_argument("--lora-rank", type=int, default=0, help="time a LoRA policy (adapted vs merged) instead")
     ap.add_argument("--compile", action="store_true", help="vLLM on CPU: torch.compile the model (default: eager)")
+    add_threads(ap)  # train.py's --threads (the figures printed say how many)
     a = ap.parse_args()
+    set_threads(a.threads)
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

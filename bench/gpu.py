@@ -45,6 +45,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import grpo  # noqa: E402
 from memory import FOREACH_ADAMW_B, QWEN25, VOCAB, adamw_step_gb, extrapolated_gb, n_params, read_measured  # noqa: E402
+from tools.cli import add_threads, set_threads  # noqa: E402
 from trainer import batches, logprobs  # noqa: E402
 
 GB = 2**30
@@ -144,7 +145,9 @@ def main():
     ap.add_argument("--adamw", default="fused", choices=["fused", "foreach"],
                     help="AdamW's step on CUDA: fused (train.py's, trainer.setup.make_optimizer) or torch's default foreach "
                          "(bench/results/gpu_h100.md's rows); the CPU always takes torch's default")
+    add_threads(ap)  # train.py's --threads (the CPU path)
     a = ap.parse_args()
+    set_threads(a.threads)
     dev = a.device
     if dev == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda: torch sees no CUDA device (torch.cuda.is_available() is False); "

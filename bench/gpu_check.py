@@ -58,7 +58,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the projec
 sys.path.insert(0, os.path.join(ROOT, "bench"))  # bench/gpu.py
 sys.path.insert(0, ROOT)  # before bench/: the project's modules win over a benchmark of the same name
 
-from tools.cli import ArgParser, cli  # noqa: E402
+from tools.cli import ArgParser, cli, set_threads  # noqa: E402
 
 PARTS = ("tests", "train", "gen", "update", "trl")
 LIMITS = {"tests": 40, "train": 120, "gen": 150, "update": 60, "trl": 95}  # seconds, full run: 465 in all
@@ -418,6 +418,7 @@ def main():
             with open(a.rows_to, "a") as f:
                 f.write(json.dumps(row) + "\n")
 
+        set_threads()  # train.py's default on the CPU (a dry run); nothing on a GPU
         return (child_gen if a.child == "gen" else child_update)(a, emit)
     parts = [p.strip() for p in a.parts.split(",") if p.strip()]
     bad = [p for p in parts if p not in PARTS]

@@ -72,6 +72,8 @@ def load_code_problems(path: str) -> list[dict]:
     """Read a JSONL of problems and normalise them. Errors read like `file.jsonl:3: missing field 'tests'`."""
     if not os.path.exists(path):
         raise CodeDataError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise CodeDataError(f"{path}: a directory, not a data file (.jsonl)")
     problems = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):

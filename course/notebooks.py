@@ -23,11 +23,19 @@ import re
 import sys
 import tempfile
 
-import nbformat
+try:
+    import nbformat
+except ImportError:  # the test extras are not installed: main() says what to install, in one line
+    nbformat = None
 
 COURSE = os.path.dirname(os.path.abspath(__file__))
+if os.path.dirname(COURSE) not in sys.path:
+    sys.path.insert(0, os.path.dirname(COURSE))  # the project (tools.cli)
+INSTALL = "the course's notebooks run with the test extras: pip install -e '.[test]'"
 NOTEBOOKS = sorted(glob.glob(os.path.join(COURSE, "*.ipynb")))
 COMMAND = "python course/notebooks.py"
+
+from tools.cli import cli, need_module  # noqa: E402
 
 
 def machine() -> str:
@@ -177,6 +185,8 @@ def main(argv=None) -> int:
     ap.add_argument("names", nargs="*", help="notebooks to run (a file name's prefix, e.g. 03); default: all")
     ap.add_argument("--check", action="store_true", help="compare with the committed outputs; write nothing")
     a = ap.parse_args(argv)
+    for name in ("nbformat", "nbclient", "ipykernel"):  # (the kernels set torch's threads: lab.setup)
+        need_module(name, INSTALL)
     paths = [p for p in NOTEBOOKS if not a.names or any(os.path.basename(p).startswith(n) for n in a.names)]
     if not paths:
         print(f"error: no notebook in course/ starts with {' or '.join(a.names)}", file=sys.stderr)
@@ -196,4 +206,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli(main))

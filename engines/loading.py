@@ -17,11 +17,13 @@ def load_model(path: str, dtype, flag: str = "--model"):
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    local = os.path.expanduser(path)
-    looks_local = os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1 or os.path.exists(local)
-    if looks_local:
+    local, is_local = os.path.expanduser(path), looks_local(path)
+    if is_local:
+        if os.path.isfile(local):
+            raise SystemExit(f"error: {flag} {path!r}: a file, not a model directory (pass the directory that holds "
+                             "config.json and the tokenizer)")
         if not os.path.isdir(local):
-            raise SystemExit(f"error: {flag} {path!r}: no such directory")
+            raise SystemExit(f"error: {flag} {path!r}: no such directory{nearby(local)}")
         names = set(os.listdir(local))
         if "config.json" not in names:
             raise SystemExit(f"error: {flag} {path!r}: not a model directory (no config.json; expected a directory "
@@ -29,9 +31,9 @@ def load_model(path: str, dtype, flag: str = "--model"):
         if not names & set(TOKENIZER_FILES):
             raise SystemExit(f"error: {flag} {path!r}: no tokenizer in the directory (expected one of "
                              f"{', '.join(TOKENIZER_FILES)}; save the tokenizer beside the model)")
-    src = local if looks_local else path
+    src = local if is_local else path
     try:
-        if not looks_local:  # a hub name: the local cache first, the network only when it is there
+        if not is_local:  # a hub name: the local cache first, the network only when it is there
             try:
                 tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
                 model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
@@ -41,9 +43,31 @@ def load_model(path: str, dtype, flag: str = "--model"):
         tok = AutoTokenizer.from_pretrained(src)
         model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype)
     except (OSError, ValueError) as e:
-        where = "model directory" if looks_local else "local directory or reachable hub model"
+        where = "model directory" if is_local else "local directory or reachable hub model"
         raise SystemExit(f"error: {flag} {path!r}: cannot load a model from it (not a {where}): {str(e).splitlines()[0]}")
     return _with_pad(model, tok)
+
+
+def looks_local(path: str) -> bool:
+    """A local path, not a hub name (ORG/NAME): absolute, ./ ~ or more than one '/', existing, or under a local
+    directory (runs/nope: a mistyped run, not a hub model of an organisation called runs)."""
+    return (os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1 or
+            os.path.exists(os.path.expanduser(path)) or os.path.isdir(path.split("/")[0]))
+
+
+def nearby(path: str) -> str:
+    """' (DIR/ holds: a, b, ...)' for a relative `path`'s nearest directory that exists: what a mistyped name meant."""
+    if os.path.isabs(path):
+        return ""
+    parent = os.path.dirname(os.path.normpath(path))
+    while parent and not os.path.isdir(parent):
+        parent = os.path.dirname(parent)
+    try:
+        names = sorted(n for n in os.listdir(parent) if not n.startswith(".")) if parent else []
+    except OSError:
+        return ""
+    shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+    return f" ({parent}/ holds: {shown})" if names else ""
 
 
 def _with_pad(model, tok):

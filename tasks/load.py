@@ -55,7 +55,7 @@ def load_dataset(spec: str, split: str = "train", n: int | None = None, seed: in
         return data[:n] if n else data
     if spec in ("builtin", "builtin-math"):
         return builtin_task(n or (20000 if split == "train" else 500), split=split, seed=seed)
-    if os.path.splitext(spec)[1].lower() in (".jsonl", ".json", ".parquet") or os.path.exists(spec):
+    if os.path.splitext(spec)[1].lower() in (".jsonl", ".json", ".parquet") or os.path.exists(spec) or spec.endswith("/"):
         data = load_file(spec, schema)
     else:
         data = load_hub(spec, split, schema)

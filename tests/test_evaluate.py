@@ -168,3 +168,32 @@ def test_a_checkpoint_is_evaluated_with_its_runs_settings(recipe, trained_model_
         got = json.loads(cap.out)
         assert got["model"] == str(out / "checkpoint-1") and "avg@3" not in got and "given: --samples" in cap.err
         assert got["accuracy"] == summary["accuracy_after"]
+
+
+def test_evaluate_takes_train_pys_threads(monkeypatch):
+    """--threads as train.py's (one helper, tools.cli.set_threads): default 1, set before any model work (an OpenMP
+    pool sharing its cores with another job runs many times slower); 0 leaves torch's own. tools/grade.py too."""
+    import torch
+
+    import config
+    from tools import cli, grade
+
+    seen = []
+    monkeypatch.setattr(evaluate, "set_threads", lambda n: (seen.append(n), cli.set_threads(n)))
+
+    def stop(path):  # the first step after the set-up: how many threads the evaluation would run on
+        seen.append(torch.get_num_threads())
+        raise SystemExit("error: stopped here")
+
+    monkeypatch.setattr(evaluate, "resolve_model", stop)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert cli.cli(evaluate.main, ["--model", "m"]) == 2
+        torch.set_num_threads(2)
+        assert cli.cli(evaluate.main, ["--model", "m", "--threads", "0"]) == 2
+    finally:
+        torch.set_num_threads(before)
+    assert config.Config().threads == 1
+    assert seen == [1, 2 if torch.cuda.is_available() else 1, 0, 2]  # (on a GPU machine the CPU's are left alone)
+    assert grade.parse_args(["--data", "builtin", "--out", "o.jsonl"]).threads == 1

@@ -99,7 +99,7 @@ def test_stop_reads_only_the_escapes_it_names():
 
 EVALUATE_BAD = [("--eval-problems", "-5"), ("--samples", "-1"), ("--temperature", "0"), ("--temperature", "nan"),
                 ("--top-p", "0"), ("--top-p", "1.5"), ("--max-new-tokens", "0"), ("--seed", "-1"), ("--k", "0"),
-                ("--k", "x"), ("--samples", "1.5")]
+                ("--k", "x"), ("--samples", "1.5"), ("--threads", "-1"), ("--threads", "1.5")]
 
 
 @pytest.mark.parametrize("flag,value", EVALUATE_BAD)
@@ -122,7 +122,7 @@ def test_evaluate_refuses_bad_paths(tmp_path, capsys):
 
 GRADE_BAD = [("--samples", "0"), ("--n", "-1"), ("--seed", "-1"), ("--temperature", "0"), ("--temperature", "inf"),
              ("--top-p", "1.5"), ("--max-new-tokens", "0"), ("--batch-prompts", "0"), ("--reward-workers", "-1"),
-             ("--reward-timeout", "0"), ("--reward-timeout", "nan")]
+             ("--reward-timeout", "0"), ("--reward-timeout", "nan"), ("--threads", "-1")]
 TINY_BAD = [("--sft-steps", "0"), ("--sft-lr", "0"), ("--sft-lr", "nan"), ("--sft-direct-frac", "1.5"), ("--seed", "-1"),
             ("--hidden", "x")]
 

@@ -232,3 +232,28 @@ def test_a_seeded_run_is_the_same_beside_busy_processes(trained_model_path, tmp_
 
     a, b = (st.load_file(str(tmp_path / d / "checkpoint-3" / "model.safetensors")) for d in ("alone", "busy"))
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_progress_in_a_log_file_is_a_line_every_log_every_seconds(monkeypatch, capsys):
+    """stderr not a terminal: a line at the start, at most one every runs.LOG_EVERY seconds (set_postfix adds none),
+    and one at the end; each shows the count and postfix of the moment it is written."""
+    import tqdm.std
+
+    import runs
+
+    clock = [0.0]
+    monkeypatch.setattr(tqdm.std, "time", lambda: clock[0])
+    steps, step_s = 21, runs.LOG_EVERY / 2  # (halving: exact in floats)
+    capsys.readouterr()
+    bar = runs.progress_bar(range(steps), total=steps, dynamic_ncols=True)
+    for i in bar:
+        clock[0] += step_s
+        bar.set_postfix(reward=f"{i:.3f}")
+    bar.close()
+    lines = capsys.readouterr().err.strip().splitlines()
+    timed = [n for n in range(1, steps + 1) if n % 2 == 0]  # the counts at each LOG_EVERY s
+    assert len(lines) == 1 + len(timed) + 1, lines
+    assert lines[0].split("|")[2].strip().startswith(f"0/{steps}")
+    for line, n in zip(lines[1:], timed):
+        assert f"| {n}/{steps} " in line and f"reward={n - 1:.3f}" in line, (n, line)
+    assert f"| {steps}/{steps} " in lines[-1] and f"reward={steps - 1:.3f}" in lines[-1]

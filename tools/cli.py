@@ -1,5 +1,7 @@
 """Every script's exit on bad input: one line `error: ...` on stderr and exit code 2, no traceback; Ctrl-C one line
-and exit code 130. `ArgParser` is argparse with that one line for a bad flag; `cli(main)` runs a script's main."""
+and exit code 130. `ArgParser` is argparse with that one line for a bad flag; `cli(main)` runs a script's main;
+`add_threads` and `set_threads` give a script train.py's --threads (torch's CPU threads, 1 by default);
+`need_module` names the install command of an optional package that is missing."""
 from __future__ import annotations
 
 import argparse
@@ -14,6 +16,39 @@ class ArgParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise SystemExit(f"error: {message} (python {self.prog} --help lists the options)")
+
+
+def add_threads(ap) -> None:
+    """train.py's --threads on another script's parser: the same default, help and check (config.Config.threads)."""
+    import config
+
+    f = config.Config.__dataclass_fields__["threads"]
+    ap.add_argument("--threads", type=config.number(int, f.metadata["check"]), default=f.default,
+                    help=f"{f.metadata['help']} (default: {f.default})")
+
+
+def set_threads(n: int | None = None) -> None:
+    """torch's CPU threads for this process, as train.py sets them: n (None: --threads' default, 1; 0: torch's own
+    default, left as it is); nothing on a machine with a GPU. An OpenMP pool that shares its cores with other work
+    runs many times slower than one thread."""
+    import torch
+
+    if n is None:
+        import config
+
+        n = config.Config.__dataclass_fields__["threads"].default
+    if n and not torch.cuda.is_available():
+        torch.set_num_threads(n)
+
+
+def need_module(name: str, install: str):
+    """`import name`, or one `error:` line naming the command that installs it (an optional dependency)."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise SystemExit(f"error: the {name} package is not installed ({install})") from None
 
 
 def cli(main, argv=None) -> int:

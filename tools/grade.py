@@ -76,7 +76,7 @@ from engines.stops import read_stops
 from rollout import SamplingParams
 from tasks.load import load_dataset
 from tasks.templates import TEMPLATES, build_prompt, check_template, opens_thought, parse_template_kwargs
-from tools.cli import cli
+from tools.cli import add_threads, cli, set_threads
 
 GRADE_FIELDS = ("pass_rate", "num_samples")  # present in a row = already graded
 KINDS = ("math", "code")  # --reward: what a problem is and how a completion is scored
@@ -426,7 +426,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser():
-    from config import PROBABILITY, TEMPERATURE, above, at_least, number  # train.py's checks of the same values
+    from config import PROBABILITY, above, at_least, number  # train.py's checks of the same values
 
     ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -451,7 +451,8 @@ def build_parser():
     g.add_argument("--chat-template-kwargs", default="", help="JSON object of chat template switches, as train.py's, "
                    "e.g. '{\"enable_thinking\": false}' (default: none)")
     g.add_argument("--stop", default="", help="stop strings, '||'-separated, as train.py --stop")
-    g.add_argument("--temperature", type=number(float, TEMPERATURE), default=1.0, help="sampling temperature (default: 1.0)")
+    g.add_argument("--temperature", type=number(float, above(0, "(temperature 0 is greedy decoding: the samples of a "
+                   "problem would all be the same)")), default=1.0, help="sampling temperature (default: 1.0)")
     g.add_argument("--top-p", type=number(float, PROBABILITY), default=1.0, help="nucleus top-p (default: 1.0)")
     g.add_argument("--max-new-tokens", type=number(int, at_least(1)), default=None, help="response length cap (default: 64; code: 96)")
     g.add_argument("--batch-prompts", type=number(int, at_least(1)), default=64, help="problems per generation batch = per progress flush (default: 64)")
@@ -462,6 +463,7 @@ def build_parser():
                    "problem's time_limit, else 4 s per test) (default: 5.0)")
     g.add_argument("--force", action="store_true", help="regrade input that already has pass_rate / num_samples")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_threads(g)  # train.py's --threads
     f = sub.add_parser("filter", help="apply a paper's rule to an already-graded file (no regrading)")
     f.add_argument("--data", required=True, help="a graded .jsonl/.json/.parquet file (code problems: .jsonl)")
     f.add_argument("--rule", "--filter", dest="rule", required=True, choices=list(RULES))
@@ -534,7 +536,7 @@ def cmd_grade(a, engine=None, tokenizer=None) -> list[dict]:
     model_name = a.model
     engine_built = engine is None  # tests inject an engine: the math reward then checks answers in process
     if engine is None:
-        torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
+        set_threads(a.threads)
         from trainer import lora
         import rollout
         from tools import tiny

@@ -14,6 +14,7 @@ from engines.loading import load_model
 from rollout import SamplingParams
 from tasks.load import load_dataset
 from tasks.templates import check_template, opens_thought, parse_template_kwargs
+from tools.cli import set_threads
 from trainer import lora
 from trainer.checkpoints import restore, start_run_dir
 from trainer.distributed import is_sharded, make_accelerator, precision, shard_reference
@@ -40,7 +41,7 @@ class Run:
     history: list = field(default_factory=list)
     evals: list = field(default_factory=list)
     wall_before: float = 0.0  # wall time of the run before a resume
-    step: int | None = None  # the step in progress (0-based; None outside the loop): what Ctrl-C reports
+    step: int | None = None  # the step in progress (0-based; None before the loop, max_steps in the final evaluation): what Ctrl-C reports
     producer: object = None  # --rollout-lag 1: async_rollout.Producer
 
     def plan(self, step: int) -> StepPlan:
@@ -171,8 +172,7 @@ def setup(cfg: Config) -> Run:
         except ValueError as e:
             raise SystemExit(f"error: {e}") from None
     runs.check_shared_run_dir(accelerator, cfg.output_dir, resume_from)  # several machines: one run directory
-    if cfg.threads and not torch.cuda.is_available():
-        torch.set_num_threads(cfg.threads)
+    set_threads(cfg.threads)  # --threads (tools.cli: evaluate.py and the tools set theirs the same way)
     dtype = torch.bfloat16 if precision(cfg) == "bfloat16" else torch.float32  # bf16-mixed: fp32 weights, bf16 autocast
     if cfg.lora_rank and precision(cfg) == "bf16-mixed":  # LoRA: the frozen base in bf16, no fp32 master copy
         dtype = torch.bfloat16
