@@ -22,12 +22,17 @@ Modes (MathReward(mode=...); `--reward` in train.py)
                     of these ("she ends up with 12 apples after giving 3 away") is missed: which of its numbers
                     answers the question needs the question, and a wider guess would reward wrong numbers.
                     An answer line written as a sentence ("Answer: the price is 7,5 €") is read the same way.
-                 5. a response cut off by the length limit: the reward reads text only, so "cut off" means a text
-                    whose last sentence is unfinished (it does not end in . ! or ?, then only closing marks). Such a
-                    text has no prose answer (rule 4): an expression in its last line that equals the gold
-                    ("... = 7$ and then we multiply by the") scores wrong. An answer statement or box written before
-                    the cut still counts (rules 1-3), and a box the cut interrupts is no answer. A cut that happens
-                    to fall at the end of a sentence cannot be told from a finished response.
+                 5. a response cut off by the length limit (the engine's Completion.truncated, passed as
+                    `truncated`) has no prose answer (rule 4): an expression in its last line that equals the gold
+                    ("... = 7$ and then we multiply by the") scores wrong. An answer statement, box or closed
+                    `<answer>` pair written before the cut still counts (rules 1-3), and a box the cut interrupts is
+                    no answer. A response that ended (EOS, end of turn, a stop string) is finished however its last
+                    sentence ends ("Answer \\[ 9 \\]"). Without the flag (truncated=None: a text scored without
+                    its Completion) "cut off" is read off the text: its last sentence is unfinished (it does not end
+                    in . ! or ?, then only closing marks).
+               Every mode reads the text without the end-of-turn and EOS strings it ends in (`<|im_end|>`, `</s>`,
+               `<|eot_id|>`, ...: verifier.extract.END_MARKS, and MathReward's `end_marks`), which a model that
+               spells them out in ordinary tokens leaves in the decoded text.
                Rules 1-5 are this project's reading of what a grader does; math-verify's default extraction (which
                Skywork-OR1's released verifier calls) takes the box first and else the last expression, and does
                not see hedges or retractions.
@@ -110,7 +115,7 @@ import time
 from dataclasses import dataclass
 
 from verifier.equivalence import fast_verdict, grade, quiet_math_verify
-from verifier.extract import THINK_OPEN, announces_several, extract
+from verifier.extract import END_MARKS, THINK_OPEN, announces_several, extract, strip_end_marks
 from verifier.time_bound import KILL_GRACE, START_TIMEOUT, Timeout, WorkerPool, alarm
 
 MODES = ("math", "math-strict", "math-dapo")
@@ -125,15 +130,16 @@ class Verdict:
     seconds: float = 0.0  # wall time of the check as the caller saw it (0 for the in-process shortcuts)
 
 
-def check(completion: str, gold: str, mode: str = "math", timeout: float = 5.0) -> Verdict:
+def check(completion: str, gold: str, mode: str = "math", timeout: float = 5.0,
+          truncated: bool | None = None) -> Verdict:
     """Verdict for one completion, in this process. The whole check (extraction included) runs under one SIGALRM
-    of `timeout` seconds when called from the main thread; elsewhere it runs unbounded."""
+    of `timeout` seconds when called from the main thread; elsewhere it runs unbounded. truncated: rule 5's flag."""
     t0 = time.monotonic()
     parts = None
     try:
         with alarm(timeout):
             quiet_math_verify()
-            parts = extract(completion, mode)
+            parts = extract(completion, mode, truncated)
             ok = grade(parts, gold, decimal_comma=not announces_several(completion, mode))
         return Verdict(ok, extracted=None if parts is None else ", ".join(parts), seconds=time.monotonic() - t0)
     except Timeout:
@@ -159,10 +165,14 @@ class MathReward:
     tasks.templates.opens_thought): each response is read as `<think>` + response, so one without `</think>` is a
     format error (module docstring).
     check_fn: the function a worker runs per completion (module-level, for pickling); `check` unless a test swaps it.
+    end_marks: end strings to drop from the end of each response besides END_MARKS (the tokenizer's eos_token).
+    Called with `truncated` (the Completions' flags, one per response) it reads rule 5 off the engine; without it
+    (None: a caller that has only the texts) off each text.
     """
 
     def __init__(self, correct_reward: float = 1.0, wrong_reward: float = 0.0, timeout: float = 5.0,
-                 workers: int | None = None, mode: str = "math", check_fn=None, thought_open: bool = False):
+                 workers: int | None = None, mode: str = "math", check_fn=None, thought_open: bool = False,
+                 end_marks: tuple[str, ...] = ()):
         if mode not in MODES:
             raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
         if not timeout > 0:
@@ -171,6 +181,7 @@ class MathReward:
         self.workers = min(2, os.cpu_count() or 1) if workers is None else workers
         self.check_fn = check if check_fn is None else check_fn
         self.thought_open = thought_open  # the prompt opened a thought: each response is read as <think> + response
+        self.end_marks = END_MARKS + tuple(m for m in end_marks if m and m not in END_MARKS)
         self.pool = WorkerPool(self.workers, warmup=warm_worker)  # started on the first batch that needs it
 
     def warm(self, wait: float = START_TIMEOUT):
@@ -187,16 +198,20 @@ class MathReward:
             pass
 
     # --- scoring --------------------------------------------------------------------------------
-    def verdicts(self, completions: list[str], golds: list[str]) -> list[Verdict]:
+    def verdicts(self, completions: list[str], golds: list[str], truncated: list[bool] | None = None) -> list[Verdict]:
         if len(completions) != len(golds):
             raise ValueError(f"{len(completions)} completions but {len(golds)} gold answers")
+        if truncated is not None and len(truncated) != len(completions):
+            raise ValueError(f"{len(completions)} completions but {len(truncated)} truncated flags")
+        cut = [None] * len(completions) if truncated is None else [bool(t) for t in truncated]
+        completions = [strip_end_marks(c, self.end_marks) for c in completions]
         if self.thought_open:  # the prompt's open thought, in front of each response: one rule for both (docstring)
             completions = [THINK_OPEN + c for c in completions]
         # No answer, an exact match, integers: no math-verify, no worker (the whole built-in task).
         out: list[Verdict | None] = [None] * len(completions)
         todo = collections.deque()
         for i, (c, g) in enumerate(zip(completions, golds)):
-            parts = extract(c, self.mode) if len(c) <= FAST_MAX_CHARS else None
+            parts = extract(c, self.mode, cut[i]) if len(c) <= FAST_MAX_CHARS else None
             fast = fast_verdict(parts, g) if len(c) <= FAST_MAX_CHARS else None
             if fast is None:
                 todo.append(i)
@@ -206,9 +221,9 @@ class MathReward:
             return out
         if self.workers <= 0:
             for i in todo:
-                out[i] = self.check_fn(completions[i], golds[i], self.mode, self.timeout)
+                out[i] = self.check_fn(completions[i], golds[i], self.mode, self.timeout, cut[i])
             return out
-        jobs = {i: (self.check_fn, (completions[i], golds[i], self.mode, self.timeout)) for i in todo}
+        jobs = {i: (self.check_fn, (completions[i], golds[i], self.mode, self.timeout, cut[i])) for i in todo}
         for i, o in self.pool.run(jobs, limit=self.timeout + KILL_GRACE).items():  # a job past the limit: killed
             if o.timed_out or o.failed:
                 out[i] = Verdict(False, timed_out=o.timed_out, seconds=o.seconds)
@@ -217,9 +232,10 @@ class MathReward:
                 out[i].seconds = o.seconds
         return out
 
-    def __call__(self, completions: list[str], golds: list[str]):
-        """(rewards, correct, metrics): floats, bools and a dict with `reward/timeouts`. A timeout scores wrong."""
-        v = self.verdicts(completions, golds)
+    def __call__(self, completions: list[str], golds: list[str], truncated: list[bool] | None = None):
+        """(rewards, correct, metrics): floats, bools and a dict with `reward/timeouts`. A timeout scores wrong.
+        truncated: each response's Completion.truncated (rule 5), or None (read off the text)."""
+        v = self.verdicts(completions, golds, truncated)
         rewards = [self.correct_reward if x.correct else self.wrong_reward for x in v]
         return rewards, [x.correct for x in v], {"reward/timeouts": sum(x.timed_out for x in v)}
 

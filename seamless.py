@@ -30,7 +30,8 @@ Interfaces (so it runs with the project's engines and rewards):
     engine.generate(prompts, n, params) -> list (per prompt) of n rollout.Completion       (batch-synchronous)
     engine.submit(prompts, n, params) -> handles; engine.poll() -> [(handle, n Completions)] finished in one
         engine step; engine.abort(handles)                                                  (streaming)
-    score(texts, golds) -> (rewards, correct, metrics)            metrics may hold "reward/timeouts"
+    score(texts, golds, truncated) -> (rewards, correct, metrics)  metrics may hold "reward/timeouts"; truncated:
+        each Completion's flag (a response cut by the length limit has no prose answer: reward.py, rule 5)
     next_prompts(k) -> list of k (idx, example, prompt_text, gold) (the trainer's prompt sampler)
     shape(completions, rewards) -> rewards                          optional, e.g. DAPO's overlong penalty
 `SeamlessRollout.collect` returns kept groups in launch order, each a tuple
@@ -210,7 +211,8 @@ class SeamlessRollout:
     # -- scoring job (runs on the reward thread) --------------------------------------------------------------------
     def _score_groups(self, groups: list[_Group]):
         comps = [c for g in groups for c in g.comps]
-        rewards, correct, m = self.score([c.text for c in comps], [g.gold for g in groups for _ in range(self.G)])
+        rewards, correct, m = self.score([c.text for c in comps], [g.gold for g in groups for _ in range(self.G)],
+                                         truncated=[c.truncated for c in comps])
         scores = rewards = list(rewards)
         if self.shape is not None:
             rewards = list(self.shape(comps, rewards))
@@ -393,7 +395,8 @@ def naive_collect(engine, score, next_prompts, target: int, group_size: int, par
         t_gen += clock() - ts
         ts = clock()
         comps = [c for cs in outs for c in cs]
-        rewards, correct, m = score([c.text for c in comps], [it[3] for it in items for _ in range(G)])
+        rewards, correct, m = score([c.text for c in comps], [it[3] for it in items for _ in range(G)],
+                                    truncated=[c.truncated for c in comps])
         rewards = list(shape(comps, list(rewards)) if shape else rewards)
         t_score += clock() - ts
         timeouts += int(m.get("reward/timeouts", 0)) if isinstance(m, dict) else 0

@@ -61,7 +61,7 @@ class StubReward:
     def __init__(self, fixed, per_seq):
         self.fixed, self.per_seq, self.workers = fixed, per_seq, 2
 
-    def __call__(self, texts, golds):
+    def __call__(self, texts, golds, truncated=None):
         time.sleep(self.fixed + self.per_seq * len(texts))
         c = [t == g for t, g in zip(texts, golds)]
         return [float(x) for x in c], c, {"reward/timeouts": 0}
@@ -111,9 +111,9 @@ def real_parts(engine, tok, seed, reward_workers, judge_ms_per_seq=0.0):
         class Judged:
             workers = math_score.workers
 
-            def __call__(self, texts, golds):
+            def __call__(self, texts, golds, truncated=None):
                 time.sleep(judge_ms_per_seq / 1e3 * len(texts))  # waiting on sandbox processes: the GIL is free
-                return math_score(texts, golds)
+                return math_score(texts, golds, truncated)
 
             def _get_pool(self):
                 return math_score._get_pool()

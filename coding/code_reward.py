@@ -258,7 +258,8 @@ class CodeReward:
         self.fn = make_reward_fn(mode, workers, weights)
         self.thought_open = thought_open  # the prompt opened a thought: each response is read as <think> + response
 
-    def __call__(self, completions: list[str], problems: list[dict]):
+    def __call__(self, completions: list[str], problems: list[dict], truncated: list[bool] | None = None):
+        """truncated (the Completions' flags, as MathReward takes them) is not read: a program runs or it does not."""
         if self.thought_open:
             completions = [THINK_OPEN + c for c in completions]
         rewards = self.fn(completions, problems)

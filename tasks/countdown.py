@@ -225,7 +225,8 @@ class CountdownReward:
     def __init__(self, correct_reward: float = 1.0, wrong_reward: float = 0.0, thought_open: bool = False):
         self.correct_reward, self.wrong_reward, self.thought_open = correct_reward, wrong_reward, thought_open
 
-    def __call__(self, completions: list[str], problems: list[dict]):
+    def __call__(self, completions: list[str], problems: list[dict], truncated: list[bool] | None = None):
+        """truncated (the Completions' flags, as MathReward takes them) is not read: an answer needs its closing tag."""
         if len(completions) != len(problems):
             raise ValueError(f"{len(completions)} completions but {len(problems)} problems")
         correct = []

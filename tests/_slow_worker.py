@@ -11,8 +11,8 @@ import reward
 HANG = "<<hang>>"
 
 
-def work(completion, gold, mode, timeout):
+def work(completion, gold, mode, timeout, truncated=None):
     if HANG in completion:
         signal.signal(signal.SIGALRM, signal.SIG_IGN)
         time.sleep(60)  # like a long C call that never returns to the interpreter
-    return reward.check(completion, gold, mode, timeout)
+    return reward.check(completion, gold, mode, timeout, truncated)

@@ -115,12 +115,13 @@ def test_filter_uses_correctness_not_shaped_reward(metric):
 
     from trainer.collect import Collector
 
-    comps = [types.SimpleNamespace(text="no", length=5), types.SimpleNamespace(text="no", length=20)]
+    comps = [types.SimpleNamespace(text="no", length=5, truncated=False),
+             types.SimpleNamespace(text="no", length=20, truncated=True)]
     plan = types.SimpleNamespace(group_size=2, sampling=types.SimpleNamespace(max_new_tokens=20),
                                  stage=types.SimpleNamespace(reward="math"),
                                  task=types.SimpleNamespace(train_set=[types.SimpleNamespace(prompt="q", answer="7")],
-                                                            reward_fn=lambda texts, golds: ([-1.0, -1.0], [False, False],
-                                                                                            {"reward/timeouts": 0})))
+                                                            reward_fn=lambda texts, golds, truncated: (
+                                                                [-1.0, -1.0], [False, False], {"reward/timeouts": 0})))
     fake = types.SimpleNamespace(cfg=types.SimpleNamespace(overlong_buffer=4, filter_metric=metric), observed=[],
                                  engine=types.SimpleNamespace(generate=lambda prompts, G, sp: [comps]),
                                  take_prompts=lambda plan, n: [0], prompt=lambda plan, q: q)

@@ -270,6 +270,73 @@ def test_truncated_response_has_no_prose_answer():
     assert ok("Answer: 7\nLet me double-check the second step, where we", "7")
 
 
+def test_truncation_is_the_engines_flag():
+    """Rule 5 with the engine's flag (Completion.truncated, passed as `truncated`): a response that ended is finished
+    however its last sentence ends, one the length limit cut has no prose answer even when the cut fell at a full
+    stop; a statement or box before the cut counts either way. None (no Completion): read off the text, as above."""
+    r = reward.MathReward(workers=0)
+    ends_open = "We have $x + 2 = 11$, so $x = 9$.\n\nAnswer \\[ 9 \\]"  # no full stop after the answer
+    at_stop = "First compute $3 + 4 = 7$."  # a cut can fall at a full stop
+    boxed = "So $3 + 4 = \\boxed{7}$. Let me double-check: $3 + 4 ="
+    texts, golds = [ends_open, at_stop, boxed], ["9", "7", "7"]
+    assert r(texts, golds, truncated=[False, False, False])[1] == [True, True, True]
+    assert r(texts, golds, truncated=[True, True, True])[1] == [False, False, True]
+    assert r(texts, golds)[1] == [False, True, True]  # unknown: the last sentence's punctuation decides
+    assert extract(ends_open, truncated=False) == ["9"] and extract(ends_open) is None
+    assert extract("The answer is \\boxed{6", truncated=False) is None  # a box never closed is no answer, ended or not
+    r1_zero = "<think> 2 + 5 = 7 </think> <answer> 7 </answer>"  # a closed <answer> pair: written before any cut
+    assert extract(r1_zero) == extract(r1_zero, truncated=True) == ["7"] and extract("<answer> 7", truncated=True) is None
+    # the flag reaches the checks that need math-verify (not the integer shortcut), in process and in a worker
+    assert reward.check("It is 7.5 in total.", "\\frac{15}{2}", truncated=True).correct is False
+    assert r(["It is 7.5 in total."] * 2, ["\\frac{15}{2}"] * 2, truncated=[False, True])[1] == [True, False]
+    with pytest.raises(ValueError, match="2 completions but 1 truncated flags"):
+        r(["a", "b"], ["1", "1"], truncated=[False])
+
+
+# Responses as the model writes them in each format tasks/templates.py builds (TEMPLATES), its end-of-turn or EOS
+# string spelled out at the end (a model that writes it in ordinary tokens; the engines drop the special token):
+# (format, end marks, response, gold, mode, thought_open, the verdict if the length limit cut it: its statements only)
+END_CASES = [
+    ("chat (Qwen, ChatML)", "<|im_end|>", "So the number of orderings is $4! = 24$.", "24", "math", False, False),
+    ("chat (Qwen base EOS)", "<|endoftext|>", "So the number of orderings is $4! = 24$.", "24", "math", False, False),
+    ("chat (Llama 3)", "<|eot_id|>", "Thus $x = 9$.\n\nAnswer \\[ 9 \\]", "9", "math", False, False),
+    ("plain (Llama 3 base)", "<|end_of_text|>", " 9 apples.", "9", "math", False, False),
+    ("plain (Llama 2, Mistral)", "</s>", " The total is 12 apples.", "12", "math", False, False),
+    ("qwen-math", "<|im_end|><|endoftext|>", "Hence $\\frac{3}{4}$ of the cake is left.", "0.75", "math", False, False),
+    ("chat (Gemma)", "<end_of_turn>\n<eos>", "The sum is **7**", "7", "math", False, False),
+    ("chat (Phi-3)", "<|end|>", "So 2 + 5 = 7", "7", "math", False, False),
+    ("chat (R1-Distill, thought open)", "<｜end▁of▁sentence｜>", "2 + 5 = 7, so 7.\n</think>\n\nThe answer is 7",
+     "7", "math", True, True),
+    ("r1-zero", "</s>", "<think> 2 + 5 = 7 </think> <answer> 7 </answer>", "7", "math", False, True),
+    ("dapo", "<|im_end|>", "2 + 5 = 7\nAnswer: 7", "7", "math-dapo", False, True),
+    ("chat, boxed (math-strict)", "<|im_end|>", "2 + 5 = 7, so \\boxed{7}", "7", "math-strict", False, True),
+]
+
+
+@pytest.mark.parametrize("name,end,response,gold,mode,thought_open,when_cut", END_CASES, ids=[c[0] for c in END_CASES])
+def test_end_of_turn_strings_are_not_read(name, end, response, gold, mode, thought_open, when_cut):
+    """A finished response (truncated=False) is read without the end marks it ends in: right, as the response alone
+    is; the same text cut by the length limit (truncated=True) keeps its statements, a closed <answer> pair and its
+    boxes, not its prose. A tokenizer's own EOS string is dropped too when the reward is given it (end_marks)."""
+    r = reward.MathReward(workers=0, mode=mode, thought_open=thought_open)
+    assert r([response, response + end, response + end + "\n"], [gold] * 3, truncated=[False] * 3)[1] == [True] * 3
+    assert r([response + end], [gold], truncated=[True])[1] == [when_cut]
+    eos = reward.MathReward(workers=0, mode=mode, thought_open=thought_open, end_marks=("<END>",))
+    assert eos([response + "<END>" + end, response + "<END>"], [gold] * 2, truncated=[False] * 2)[1] == [True, True]
+
+
+def test_end_marks_stripped_in_linear_time():
+    from verifier.extract import END_MARKS, strip_end_marks
+
+    assert strip_end_marks("x = 24$.<|im_end|>\n") == "x = 24$." and strip_end_marks("a </s> <|im_end|> ") == "a"
+    assert strip_end_marks("a <|im_end|> b") == "a <|im_end|> b" and strip_end_marks("ends  ") == "ends  "  # untouched
+    assert strip_end_marks("a<END>", END_MARKS + ("<END>",)) == "a" and strip_end_marks("a<END>") == "a<END>"
+    t0 = time.monotonic()
+    for hostile in ("<|im_end|>" * 100_000, " \n" * 500_000, "</s> " * 200_000):
+        assert strip_end_marks(hostile) in ("", hostile)
+    assert time.monotonic() - t0 < 2.0
+
+
 def test_normalisations_of_answers_graders_accept():
     """Decimal commas, currency, e-notation, percents of a percent question, every real number in words, inequalities
     reversed or negated: each one as a careful grader reads it, and the near misses still wrong."""
@@ -409,6 +476,8 @@ def test_time_bound_in_pool():
         rewards, correct, metrics = r([comps[i] for i in rest], [golds[i] for i in rest])
         assert correct == [False] * 3 + [True, True, False, True, True]
         assert rewards == [1.0 if c else -1.0 for c in correct] and metrics == {"reward/timeouts": 3}
+        # the engine's truncated flag reaches the workers' check (rule 5: a cut response has no prose answer)
+        assert r(["It is 7.5 in total."] * 2, ["\\frac{15}{2}"] * 2, truncated=[False, True])[1] == [True, False]
         # the workers give the in-process verdicts on the whole CASES table (a timeout that is no test's subject)
         r.timeout = 10.0
         assert r([c[1] for c in CASES], [c[2] for c in CASES])[1] == [c[3] for c in CASES]

@@ -36,7 +36,7 @@ class StubScore:
     def __init__(self, delay=lambda n: 0.0, workers=2):
         self.delay, self.workers, self.threads, self.calls = delay, workers, set(), 0
 
-    def __call__(self, texts, golds):
+    def __call__(self, texts, golds, truncated=None):
         self.threads.add(threading.current_thread().name)
         self.calls += 1
         time.sleep(self.delay(texts))
@@ -344,7 +344,7 @@ def test_age_aware_prediction_cuts_the_surplus():
 class PartialScore(StubScore):
     """Never correct; the score is a partial credit that differs inside the groups of even prompts."""
 
-    def __call__(self, texts, golds):
+    def __call__(self, texts, golds, truncated=None):
         scores = [0.25 * (int(t.split("|")[1]) % 2 == 0) * (k % 2) for k, t in enumerate(texts)]
         return scores, [False] * len(texts), {"reward/timeouts": 0}
 

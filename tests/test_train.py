@@ -296,7 +296,7 @@ def test_filter_metric_default_follows_the_reward(reward, metric):
 def test_partial_credit_groups_are_kept_by_dynamic_sampling(trained_model_path, tmp_path, monkeypatch):
     # a verifier that never says "correct" but gives partial credit that differs within a group (as code-strict /
     # code-soft do for a program passing some tests): the acc filter can keep nothing, the score filter keeps them
-    def partial(texts, golds):
+    def partial(texts, golds, truncated=None):
         return [0.5 * (len(t) % 2) for t in texts], [False] * len(texts), {"reward/timeouts": 0}
 
     monkeypatch.setattr(trainer.setup, "make_reward", lambda cfg, reward, thought_open=False: partial)

@@ -121,7 +121,8 @@ class Collector:
         exs = [task.train_set[i] for i in idx]
         prompts = [self.prompt(plan, ex.prompt) for ex in exs]
         comps = [c for g in self.engine.generate(prompts, G, plan.sampling) for c in g]  # (N,) prompt-major
-        rewards, correct, reward_metrics = task.reward_fn([c.text for c in comps], [ex.answer for ex in exs for _ in range(G)])
+        rewards, correct, reward_metrics = task.reward_fn([c.text for c in comps], [ex.answer for ex in exs for _ in range(G)],
+                                                          truncated=[c.truncated for c in comps])  # reward.py, rule 5
         self.observed.extend(zip(idx, torch.tensor(correct, dtype=torch.float).view(-1, G).mean(1).tolist()))
         filter_values = correct if filter_metric_for(self.cfg, plan.stage.reward) == "acc" else rewards
         shaped = self.shape(comps, rewards, plan.sampling)

@@ -1,8 +1,8 @@
 """Extraction: where the final answer is in a completion, read as a careful grader reads it (reward.py's module
 docstring gives the rules: answer statements, box groups, hedges, prose answers, cut-off responses, thoughts).
 
-extract(completion, mode) -> the final answer's parts, or None (no answer); extract_answer joins them. The reading is
-linear in the text's length: a pathological completion costs one pass (find_boxes), never a quadratic search.
+extract(completion, mode, truncated) -> the final answer's parts, or None (no answer); extract_answer joins them. The
+reading is linear in the text's length: a pathological completion costs one pass (find_boxes), never a quadratic search.
 """
 from __future__ import annotations
 
@@ -12,6 +12,24 @@ import re
 from verifier.equivalence import inequality_interval
 
 THINK_OPEN = "<think>"  # what MathReward(thought_open=True) puts in front of a completion (the prompt's own tag)
+# The end-of-turn and end-of-sequence strings of the chat formats tasks/templates.py writes prompts in (ChatML / Qwen,
+# Llama 3, Llama 2 and Mistral, DeepSeek-R1-Distill, Gemma, Phi-3). The engines decode without special tokens, but a
+# model that spells one out in ordinary tokens, or a text saved elsewhere, ends in it: not part of the answer.
+END_MARKS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "</s>", "<｜end▁of▁sentence｜>",
+             "<end_of_turn>", "<eos>", "<|end|>")
+
+
+def strip_end_marks(text: str, marks=END_MARKS) -> str:
+    """`text` without the end marks it ends in and the whitespace around them ("... $24$.<|im_end|>\\n" -> "...
+    $24$."); unchanged when it ends in none. Linear: the end moves left, and the text is copied once."""
+    end, cut = len(text), False
+    while True:
+        while end and text[end - 1].isspace():
+            end -= 1
+        mark = next((m for m in marks if m and text.endswith(m, 0, end)), None)
+        if mark is None:
+            return text[:end] if cut else text
+        end, cut = end - len(mark), True
 
 
 def after_thought(completion: str) -> str | None:
@@ -163,13 +181,18 @@ def _box_group(text: str, boxes) -> list[str]:
     return [b[2] for b in group if b[2].strip()] or [group[-1][2]]
 
 
-def extract(completion: str, mode: str = "math") -> list[str] | None:
-    """The final answer as a list of parts (one part, or the parts of a multi-box / "or" answer); None: no answer."""
+def extract(completion: str, mode: str = "math", truncated: bool | None = None) -> list[str] | None:
+    """The final answer as a list of parts (one part, or the parts of a multi-box / "or" answer); None: no answer.
+    truncated: the engine's flag (the response hit the length limit: no prose answer, rule 5, but a closed <answer>
+    pair was written before the cut); None (not known, a text without its Completion): read off the text, cut off
+    when its last sentence is unfinished. The end marks the completion ends in are not read (strip_end_marks)."""
+    completion = strip_end_marks(completion)
     if mode == "math-dapo":
         text = after_thought(completion)
         found = re.findall(r"(?i)Answer\s*:\s*([^\n]+)", text[-300:]) if text is not None else None
         return split_alternatives(found[-1]) if found else None
-    text = final_text(completion, mode)
+    text, after = final_text(completion, mode), after_thought(completion)
+    tagged = after is not None and text != after  # the content of a closed <answer> pair: written before any cut
     boxes = find_boxes(text)
     opened = [m.start() for m in _BOX_OPEN.finditer(text[boxes[-1][1]:] if boxes else text)]
     if opened:  # cut off while writing the box: an unfinished answer
@@ -183,7 +206,8 @@ def extract(completion: str, mode: str = "math") -> list[str] | None:
         return split_alternatives_all(_box_group(text, boxes))
     if last_stmt is not None:
         return split_alternatives(last_stmt[1]) if last_stmt[1] else None
-    if not _FINISHED.search(text.rstrip()[-40:]):  # cut off mid-sentence (the length limit): no prose answer
+    cut = truncated if truncated is not None else not _FINISHED.search(text.rstrip()[-40:])  # unknown: a full stop?
+    if cut and not tagged:  # cut off by the length limit: no prose answer
         return None
     prose = _prose_answer(text)
     return [prose] if prose else None
@@ -224,6 +248,7 @@ _SEVERAL = re.compile(r"(?i)\b(?:solutions|roots|values|answers|zeros|zeroes|poi
 def announces_several(completion: str, mode: str) -> bool:
     """Do the words just before the final answer announce several values ("The solutions are x = \\boxed{1,5}")? Then
     "1,5" is the list 1, 5, not a decimal comma. Read in the 100 characters before the last box (or the end)."""
+    completion = strip_end_marks(completion)
     text = final_text(completion, mode) if mode != "math-dapo" else (after_thought(completion) or "")
     boxes = find_boxes(text[-20_000:])
     end = boxes[-1][0] if boxes else len(text[-20_000:])
