@@ -108,11 +108,18 @@ class _LogLines:
 
 class _LogBar(tqdm):
     """tqdm for a log file: a line only when the count moves and LOG_EVERY s have passed since the last line
-    (miniters=1, mininterval), never for a postfix (tqdm's set_postfix draws the line at once), and the count in it
-    is the current one (tqdm's own iteration updates the count it shows only when it draws)."""
+    (miniters=1, mininterval), never for a postfix (tqdm's set_postfix draws the line at once) nor for the last count
+    (the end's line shows it), and the count in it is the current one (tqdm's own iteration updates the count it shows
+    only when it draws)."""
 
     def set_postfix(self, ordered_dict=None, refresh=True, **kwargs):
         super().set_postfix(ordered_dict, refresh=False, **kwargs)  # shown with the next line
+
+    def update(self, n=1):
+        if self.total is not None and self.n + n >= self.total:  # the last: close() writes the final line
+            self.n += n
+            return None
+        return super().update(n)
 
     def __iter__(self):
         if self.disable:
