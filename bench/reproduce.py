@@ -453,6 +453,10 @@ def compass_experiments(task="math"):
                  "compass_stages' over the two levels (renormalised): 4:3, then 1:2, then level 2 alone, against 1:1; "
                  "up to 20 generation rounds a step (the recipe's 10 can fall short of 16 mixed groups on level 2). "
                  "The shipped cold start and the Countdown defaults (128 tokens, lr 3e-4).")
+    else:
+        note += (" Level 4 trails level 5 in both, as in the default run: the shipped cold start copies the 4th of five "
+                 "operands right in 20 of the 84 held-out level-4 problems (given the steps), and RL does not teach it "
+                 "(docs/runs.md; python bench/addition_levels.py).")
 
     return [Experiment(
         "Compass-Thinker: staged curriculum",
