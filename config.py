@@ -26,7 +26,7 @@ import gspo
 import runs
 from engines.stops import read_stops
 from tasks.templates import TEMPLATES, parse_template_kwargs
-from tools.cli import ArgParser
+from tools.cli import THREADS, ArgParser
 
 
 # Each paper's choices. A recipe's loss and mechanism settings are its idea file's `PAPER` (grpo.py, dapo.py, c3po.py,
@@ -152,7 +152,7 @@ RECIPE = "recipe techniques (--recipe NAME sets a paper's; a flag given still wi
 SCALE = "memory and scale"
 EVAL = "evaluation and logging"
 GROUPS = (DATA, RUN, ROLLOUT, REWARD, LOSS, OPTIM, RECIPE, SCALE, EVAL)
-REWARDS = ("math", "math-strict", "math-dapo", "code", "code-strict", "code-soft", "countdown")
+REWARDS = ("math", "math-strict", "math-dapo", "code", "code-strict", "code-soft", "countdown", "rg")
 
 
 def flag(group: str, default, help: str, choices: tuple | None = None, check=None):
@@ -239,8 +239,9 @@ class Config:
     train_data: str = flag(DATA, "builtin", "'builtin' (the built-in task of the reward's kind: math, code with a code "
                                             "reward, Countdown with --reward countdown), 'builtin-math', "
                                             "'builtin-code', 'builtin-countdown' (its levels: "
-                                            "'builtin-countdown:1', ...), or a .jsonl/.json/.parquet file or hub "
-                                            "dataset name")
+                                            "'builtin-countdown:1', ...), a reasoning-gym task "
+                                            "('rg:chain_sum?max_digits=2': tasks/rg.py; --reward rg), or a "
+                                            ".jsonl/.json/.parquet file or hub dataset name")
     eval_data: str = flag(DATA, "builtin", "'builtin' (held-out split of the built-in task of the reward's kind), "
                                            "'builtin-math', 'builtin-code', 'builtin-countdown' (with "
                                            "--train-data builtin-countdown:LEVELS, those levels), or a file / hub "
@@ -346,7 +347,8 @@ class Config:
                                        "'math-dapo' (DAPO's 'Answer:' line and prompt), code modes 'code' (all "
                                        "tests pass), 'code-strict', 'code-soft' (MiMo; see reward.py), or "
                                        "'countdown' (the equation in <answer> tags reaches the target exactly: "
-                                       "tasks/countdown.py)",
+                                       "tasks/countdown.py), or 'rg' (reasoning-gym's scorer gives exactly 1 to "
+                                       "the answer its format rule reads: tasks/rg.py; set by --train-data rg:...)",
                        choices=REWARDS)
     correct_reward: float = flag(REWARD, 1.0, "reward of a correct answer")
     wrong_reward: float = flag(REWARD, 0.0, "reward of a wrong answer (-1 for DAPO / Compass-Thinker, 0 for Ring-lite "
@@ -496,9 +498,9 @@ class Config:
     fsdp: bool = flag(SCALE, False, "shard weights, gradients and AdamW states over the processes: FSDP2 through "
                                     "Accelerate, one unit per decoder layer (= accelerate launch --config_file "
                                     "configs/fsdp.yaml); see docs/multi_gpu.md")
-    threads: int = flag(SCALE, 1, "CPU threads for torch (0 = torch's default). 1 by default: the tiny model gains "
-                                  "little from more, and an OpenMP pool sharing its cores with other work ran 30x "
-                                  "slower here (measured)",
+    threads: int = flag(SCALE, THREADS, "CPU threads for torch (0 = torch's default). 1 by default: the tiny model "
+                                        "gains little from more, and an OpenMP pool sharing its cores with other work "
+                                        "runs many times slower",
                         check=at_least(0, "(0 = torch's default)"))
     lora_rank: int = flag(SCALE, 0, "LoRA rank r (trainer/lora.py, peft): train low-rank adapters on a frozen base; 0 "
                                     "= full fine-tuning. With LoRA the --lr default is 10x full fine-tuning's (TRL's "
@@ -655,6 +657,13 @@ def given_flags(ap: argparse.ArgumentParser, argv) -> set[str]:
         ap.set_defaults(**saved)
 
 
+def add_threads(ap) -> None:
+    """train.py's --threads on another script's parser (evaluate.py, the tools, bench/): its default, help and check."""
+    f = Config.__dataclass_fields__["threads"]
+    ap.add_argument("--threads", type=number(int, f.metadata["check"]), default=f.default,
+                    help=f"{f.metadata['help']} (default: {f.default})")
+
+
 def parse_config(argv=None, description: str = "") -> Config:
     """The run's Config: the command line over the recipe's defaults (over LoRA's and --rollout-lag's), or, with
     --resume, the checkpoint's saved settings with the flags given checked against them (runs.resume_settings)."""
@@ -666,6 +675,8 @@ def parse_config(argv=None, description: str = "") -> Config:
     first = vars(ap.parse_known_args(argv)[0])
     if first["reward"] == "countdown" or first["train_data"].partition(":")[0] == "builtin-countdown":  # its defaults
         ap.set_defaults(**countdown_defaults(RECIPES[recipe]))
+    if first["train_data"].startswith("rg:"):  # reasoning-gym's tasks are scored by their own exact reward (tasks/rg.py)
+        ap.set_defaults(reward="rg")
     if vars(ap.parse_known_args(argv)[0])["lora_rank"]:  # LoRA: its own lr default (lora.LR_SCALE x full fine-tuning's)
         from trainer import lora
 
@@ -673,7 +684,7 @@ def parse_config(argv=None, description: str = "") -> Config:
     if vars(ap.parse_known_args(argv)[0])["rollout_lag"]:  # off-policy by one step: the decoupled loss's cap (2.0)
         ap.set_defaults(tis_cap=ap.get_default("tis_cap") or 2.0)
     ns = vars(ap.parse_args(argv))
-    if ns["train_data"].startswith("builtin-countdown:") and "eval_data" not in given_flags(ap, argv):
+    if ns["train_data"].startswith(("builtin-countdown:", "rg:")) and "eval_data" not in given_flags(ap, argv):
         ns["eval_data"] = ns["train_data"]  # held out from the levels trained on (run_config.json says which)
     if ns["mini_batch_size"] > ns["batch_size"] >= 1 and "mini_batch_size" not in given_flags(ap, argv):
         ns["mini_batch_size"] = ns["batch_size"]  # a batch below the mini-batch default is one mini-batch (mu = epochs)

@@ -32,7 +32,7 @@ from rollout import SamplingParams
 from tasks.countdown import CountdownReward
 from tasks.load import load_dataset
 from tasks.templates import TEMPLATES, build_prompt, check_template, opens_thought, parse_template_kwargs
-from tools.cli import ArgParser, add_threads, cli, set_threads
+from tools.cli import ArgParser, cli, set_threads
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -99,6 +99,9 @@ def evaluate(engine, tokenizer, examples, reward_fn, samples: int = 0, ks=(1,), 
     texts = [g[0].text for g in greedy]
     rewards, correct, _ = reward_fn(texts, golds)
     res["accuracy"] = sum(correct) / len(correct)
+    anywhere = getattr(reward_fn, "anywhere", None)  # the right answer at the end in any form (tasks/rg.py): the format's share
+    if anywhere:
+        res["accuracy_anywhere"] = sum(anywhere(texts, golds)) / len(texts)
     if kind == "code":  # the partial credit of MiMo's strict / soft test rewards (= accuracy for all-or-nothing)
         res["score"] = sum(rewards) / len(rewards)
     res["response_length"] = sum(g[0].length for g in greedy) / len(greedy)
@@ -119,6 +122,8 @@ def evaluate(engine, tokenizer, examples, reward_fn, samples: int = 0, ks=(1,), 
         _, ok, _ = reward_fn(flat, [g for g in golds for _ in range(samples)])
         counts = [sum(ok[i * samples : (i + 1) * samples]) for i in range(len(examples))]
         res[f"avg@{samples}"] = sum(counts) / (samples * len(examples))
+        if anywhere:
+            res[f"avg@{samples}_anywhere"] = sum(anywhere(flat, [g for g in golds for _ in range(samples)])) / len(flat)
         for k in ks:
             if k <= samples:
                 res[f"pass@{k}"] = sum(pass_at_k(samples, c, k) for c in counts) / len(examples)
@@ -142,7 +147,9 @@ def resolve_model(path: str) -> tuple[str, dict | None]:
     import os
 
     import runs
+    from tools.smollm2 import named_model
 
+    path = named_model(path)
     if path and os.path.isfile(os.path.join(path, "config.json")) and runs.checkpoints(path) and not any(
             os.path.exists(os.path.join(path, f)) for f in ("tokenizer_config.json", "adapter_config.json")):
         path = runs.checkpoints(path)[-1]  # the run directory: its newest checkpoint
@@ -200,7 +207,7 @@ def main(argv=None):
                     "'{\"enable_thinking\": false}' (train.py --chat-template-kwargs; default: the run's, else none)")
     ap.add_argument("--stop", help="stop strings, '||'-separated (train.py --stop; default: the run's, else none)")
     ap.add_argument("--out", default="", help="also write the JSON to this file (default: none)")
-    add_threads(ap)  # train.py's --threads
+    config.add_threads(ap)  # train.py's --threads
     a = ap.parse_args(argv)
     if a.out and os.path.isdir(a.out):
         raise SystemExit(f"error: --out {a.out}: a directory, not a file")

@@ -29,7 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from rollout import SamplingParams, make_engine
 from tasks.addition import builtin_task
 from tasks.templates import build_prompt
-from tools.cli import add_threads, set_threads
+from config import add_threads
+from tools.cli import set_threads
 
 
 def timed(engine, prompts, n, sp, repeats):

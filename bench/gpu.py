@@ -45,7 +45,8 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import grpo  # noqa: E402
 from memory import FOREACH_ADAMW_B, QWEN25, VOCAB, adamw_step_gb, extrapolated_gb, n_params, read_measured  # noqa: E402
-from tools.cli import add_threads, set_threads  # noqa: E402
+from config import add_threads  # noqa: E402
+from tools.cli import set_threads  # noqa: E402
 from trainer import batches, logprobs  # noqa: E402
 
 GB = 2**30

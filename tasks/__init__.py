@@ -6,5 +6,7 @@
     load.py          load_dataset: --data -> Examples (a built-in task, a file or hub dataset, code problems)
     countdown.py     Countdown ('builtin-countdown', --reward countdown): a target from 3-5 numbers with + - * /; exact
                      parser-based verifier (CountdownReward), solver and search traces
+    rg.py            reasoning-gym's tasks ('rg:NAME?settings', --reward rg): seeded disjoint splits, curriculum levels,
+                     an exact reward (RGReward: its answer rule, partial credit 0) and answer-anywhere accuracy
     templates.py     the prompt templates (--template): chat, plain, qwen-math, r1-zero, dapo; opens_thought
 """

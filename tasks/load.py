@@ -12,6 +12,7 @@ from tasks.piecewise import builtin_code_task
 
 COUNTDOWN_TRAIN = 2000  # default training problems of builtin-countdown (its exact generator: ~10 ms a problem)
 COUNTDOWN_TRAIN_LEVEL1 = 1000  # level 1 alone has 1,250 distinct training problems (and 431 held out): fewer of it
+RG_TRAIN = 2000  # default training problems of a reasoning-gym task (rg:NAME...)
 COUNTDOWN_LEVELS = (1,)  # builtin-countdown's levels: the shipped cold start's (tools/tiny.py CountdownRecipe), the one
 # whose check a laptop SFT learns; 'builtin-countdown:1,2,3' for more (levels 2-3 need a longer SFT: docs/countdown.md;
 # tasks.countdown.LEVELS has 4 and 5, with five numbers, for larger models: 'builtin-countdown:4,5')
@@ -35,12 +36,17 @@ def countdown_levels(spec: str) -> tuple[int, ...] | None:
 
 
 def load_dataset(spec: str, split: str = "train", n: int | None = None, seed: int = 0, schema: str | None = None) -> list[Example]:
-    """'builtin-math' / 'builtin-code' / 'builtin-countdown' (or 'builtin-countdown:LEVELS', countdown_levels) -> a
+    """'rg:NAME?...' -> reasoning-gym's task (tasks/rg.py); 'builtin-math' / 'builtin-code' / 'builtin-countdown' (or
+    'builtin-countdown:LEVELS', countdown_levels) -> a
     built-in task ('builtin': the one of `schema`, math unless 'code' or 'countdown'); a path -> load_file; anything
     else -> a hub dataset name.
 
     schema='code' reads code problems (load_code_dataset); otherwise the math schemas are detected per row.
     """
+    if spec.startswith("rg:"):  # reasoning-gym (tasks/rg.py)
+        from tasks.rg import rg_task
+
+        return rg_task(spec, n or (RG_TRAIN if split == "train" else 200), split=split, seed=seed)
     if spec == "builtin-code" or (spec == "builtin" and schema == "code"):
         return builtin_code_task(n or (20000 if split == "train" else 200), split=split, seed=seed)
     levels = countdown_levels(spec)

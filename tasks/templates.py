@@ -45,7 +45,8 @@ def build_prompt(tokenizer, question: str, kind: str = "math", template: str = "
     """The prompt text for `question` (TEMPLATES; the module docstring).
 
     kind: 'math' (the \\boxed{} instruction), 'code', 'math-dapo' (DAPO's template, the question inside it) or
-    'countdown' (no instruction: the question asks for the equation in <answer> tags, as 'r1-zero' does).
+    'countdown' (no instruction: the question asks for the equation in <answer> tags, as 'r1-zero' does) or 'rg'
+    (reasoning-gym, tasks/rg.py: the question ends with its format's instruction).
     template 'auto' with kind 'math-dapo' is 'dapo'; a code question keeps its instruction under any template but
     'qwen-math' and 'r1-zero' (math templates: refused by check_template). template_kwargs: extra variables for the
     chat template (`--chat-template-kwargs`, e.g. Qwen3's {"enable_thinking": false}), passed to
@@ -60,7 +61,7 @@ def build_prompt(tokenizer, question: str, kind: str = "math", template: str = "
         elif template == "dapo":
             content = DAPO_TEMPLATE.replace("{question}", question)
         else:
-            content = question if kind == "countdown" else f"{question}\n{CODE_INSTRUCTION if kind == 'code' else INSTRUCTION}"
+            content = question if kind in ("countdown", "rg") else f"{question}\n{CODE_INSTRUCTION if kind == 'code' else INSTRUCTION}"
         msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
         return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **(template_kwargs or {}))
     if template == "dapo":
@@ -71,7 +72,7 @@ def build_prompt(tokenizer, question: str, kind: str = "math", template: str = "
         text = PLAIN_TEMPLATE.replace("{question}", question)
         if kind == "code":
             text = text.replace(INSTRUCTION, CODE_INSTRUCTION)
-        elif kind == "countdown":  # the question states its own answer format (<answer> tags)
+        elif kind in ("countdown", "rg"):  # the question states its own answer format (<answer> tags; tasks/rg.py)
             text = text.replace(INSTRUCTION + "\n", "")
     return _bos(tokenizer) + (f"{system}\n\n" if system else "") + text
 

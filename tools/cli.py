@@ -1,6 +1,6 @@
 """Every script's exit on bad input: one line `error: ...` on stderr and exit code 2, no traceback; Ctrl-C one line
 and exit code 130. `ArgParser` is argparse with that one line for a bad flag; `cli(main)` runs a script's main;
-`add_threads` and `set_threads` give a script train.py's --threads (torch's CPU threads, 1 by default);
+`set_threads` sets torch's CPU threads as train.py's --threads does (1 by default; config.add_threads adds the flag);
 `need_module` names the install command of an optional package that is missing."""
 from __future__ import annotations
 
@@ -18,13 +18,7 @@ class ArgParser(argparse.ArgumentParser):
         raise SystemExit(f"error: {message} (python {self.prog} --help lists the options)")
 
 
-def add_threads(ap) -> None:
-    """train.py's --threads on another script's parser: the same default, help and check (config.Config.threads)."""
-    import config
-
-    f = config.Config.__dataclass_fields__["threads"]
-    ap.add_argument("--threads", type=config.number(int, f.metadata["check"]), default=f.default,
-                    help=f"{f.metadata['help']} (default: {f.default})")
+THREADS = 1  # --threads' default (config.Config.threads is declared with it)
 
 
 def set_threads(n: int | None = None) -> None:
@@ -34,9 +28,7 @@ def set_threads(n: int | None = None) -> None:
     import torch
 
     if n is None:
-        import config
-
-        n = config.Config.__dataclass_fields__["threads"].default
+        n = THREADS
     if n and not torch.cuda.is_available():
         torch.set_num_threads(n)
 

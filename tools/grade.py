@@ -76,7 +76,7 @@ from engines.stops import read_stops
 from rollout import SamplingParams
 from tasks.load import load_dataset
 from tasks.templates import TEMPLATES, build_prompt, check_template, opens_thought, parse_template_kwargs
-from tools.cli import add_threads, cli, set_threads
+from tools.cli import cli, set_threads
 
 GRADE_FIELDS = ("pass_rate", "num_samples")  # present in a row = already graded
 KINDS = ("math", "code")  # --reward: what a problem is and how a completion is scored
@@ -426,7 +426,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser():
-    from config import PROBABILITY, above, at_least, number  # train.py's checks of the same values
+    from config import PROBABILITY, above, add_threads, at_least, number  # train.py's checks of the same values
 
     ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -463,7 +463,7 @@ def build_parser():
                    "problem's time_limit, else 4 s per test) (default: 5.0)")
     g.add_argument("--force", action="store_true", help="regrade input that already has pass_rate / num_samples")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_threads(g)  # train.py's --threads
+    add_threads(g)  # train.py's --threads (config.add_threads)
     f = sub.add_parser("filter", help="apply a paper's rule to an already-graded file (no regrading)")
     f.add_argument("--data", required=True, help="a graded .jsonl/.json/.parquet file (code problems: .jsonl)")
     f.add_argument("--rule", "--filter", dest="rule", required=True, choices=list(RULES))

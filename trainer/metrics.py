@@ -65,7 +65,7 @@ class StepStats(NamedTuple):
 
 
 STAT_SUMS = ("reward", "reward_sq", "correct", "responses", "tokens", "longest", "truncated", "timeouts", "zero_std_groups",
-             "groups", "generated", "all_correct_groups", "all_wrong_groups")  # summed over processes (the longest: the max)
+             "groups", "generated", "all_correct_groups", "all_wrong_groups", "anywhere")  # summed over processes (the longest: the max)
 
 
 def _all_correct_wrong(correct, G: int) -> tuple[int, int]:
@@ -75,13 +75,17 @@ def _all_correct_wrong(correct, G: int) -> tuple[int, int]:
     return int(c.all(1).sum()), int((~c).all(1).sum())
 
 
-def step_stats(accelerator, rollout) -> StepStats:
-    """The step's rollout metrics (a Rollout on each process), summed over processes."""
+def step_stats(accelerator, rollout, reward_fn=None) -> StepStats:
+    """The step's rollout metrics (a Rollout on each process), summed over processes; with a reward that reads the
+    answer anywhere too (tasks/rg.py RGReward.anywhere), rollout/accuracy_anywhere beside rollout/accuracy."""
+    anywhere = getattr(reward_fn, "anywhere", None)
     world, comps, G = accelerator.num_processes, rollout.completions, rollout.group_size
     local = [sum(rollout.rewards), sum(r * r for r in rollout.rewards), sum(rollout.correct), len(comps),
              sum(c.length for c in comps), max(c.length for c in comps), sum(c.truncated for c in comps), rollout.timeouts,
              float((torch.tensor(rollout.rewards).view(-1, G).std(1) == 0).sum()), len(rollout.idx), rollout.generated,
-             *(float(x) for x in _all_correct_wrong(rollout.correct, G))]
+             *(float(x) for x in _all_correct_wrong(rollout.correct, G)),
+             float(sum(anywhere([c.text for c in comps], [ex.answer for ex in rollout.examples for _ in range(G)])))
+             if anywhere else 0.0]
     every = accelerator.gather(torch.tensor(local, dtype=torch.float64).to(accelerator.device)).view(world, -1).cpu()
     s = dict(zip(STAT_SUMS, every.sum(0).tolist()))
     s["longest"] = every[:, STAT_SUMS.index("longest")].max().item()
@@ -91,7 +95,8 @@ def step_stats(accelerator, rollout) -> StepStats:
            "rollout/response_length": s["tokens"] / n, "rollout/response_length_max": s["longest"],
            "rollout/truncated_frac": s["truncated"] / n, "reward/timeouts": int(s["timeouts"]),
            "rollout/generated": int(s["generated"]), "rollout/frac_all_correct": s["all_correct_groups"] / s["groups"],
-           "rollout/frac_all_wrong": s["all_wrong_groups"] / s["groups"]}
+           "rollout/frac_all_wrong": s["all_wrong_groups"] / s["groups"],
+           **({"rollout/accuracy_anywhere": s["anywhere"] / n} if anywhere else {})}
     # per difficulty level (when the data has levels): groups, and groups with a signal (rewards not all equal)
     signal = (torch.tensor(rollout.rewards, dtype=torch.float64).view(-1, G).std(1) > 0).tolist()
     per_level = torch.zeros(2, 5, dtype=torch.float64)
@@ -125,6 +130,10 @@ def write_summary(run, wall_time_s: float):
                             f"{name}pass@{k}_before": before[f"{p}pass@{k}"], f"{name}pass@{k}_after": after[f"{p}pass@{k}"]})
         sampled = (f"; avg@{k} {before[avg]:.3f} -> {after[avg]:.3f}, pass@{k} {before[f'{p}pass@{k}']:.3f} -> "
                    f"{after[f'{p}pass@{k}']:.3f} (T {run.cfg.eval_temperature}, top-p {run.cfg.eval_top_p})") if avg in after else ""
+        if avg + "_anywhere" in before and avg + "_anywhere" in after:  # tasks/rg.py: how much of the gain is format
+            sampled += f"; answer anywhere: avg@{k} {before[avg + '_anywhere']:.3f} -> {after[avg + '_anywhere']:.3f}"
+            summary.update({f"{name}avg@{k}_anywhere_before": before[avg + "_anywhere"],
+                            f"{name}avg@{k}_anywhere_after": after[avg + "_anywhere"]})
         lines.append((f"{name}held-out greedy accuracy: {before[p + 'accuracy']:.3f} -> {after[p + 'accuracy']:.3f}{sampled}",
                       len(task.eval_set)))
     with open(os.path.join(run.cfg.output_dir, "summary.json"), "w") as f:
@@ -162,6 +171,9 @@ def plot_curves(rows: list[dict], evals: list[dict], path: str, title: str = "")
                          ("rollout/frac_all_wrong", "all wrong", groups)):
         if any(k in r for r in rows):
             ax.plot(steps, [r.get(k, float("nan")) for r in rows], label=label)
+    if any("rollout/accuracy_anywhere" in r for r in rows):  # tasks/rg.py: the right answer in any form, beside the paid one
+        axes.flat[0].plot(steps, [r.get("rollout/accuracy_anywhere", float("nan")) for r in rows], label="answer anywhere")
+        axes.flat[0].lines[0].set_label("in format (paid)"), axes.flat[0].legend(fontsize=8)
     length.legend(fontsize=8, loc="upper left"), groups.legend(fontsize=8)
     if any("rollout/truncated_frac" in r for r in rows):
         share = length.twinx()
@@ -173,6 +185,9 @@ def plot_curves(rows: list[dict], evals: list[dict], path: str, title: str = "")
     for t in tasks or [None]:  # --stages: one curve per task
         p = f"eval/{t}/" if t else "eval/"
         ax.plot([e["step"] for e in evals], [e.get(p + "accuracy", float("nan")) for e in evals], "o-", label=f"{t or ''} greedy".strip())
+        if any(p + "accuracy_anywhere" in e for e in evals):
+            ax.plot([e["step"] for e in evals], [e.get(p + "accuracy_anywhere", float("nan")) for e in evals], "o:",
+                    label=f"{t or ''} greedy, answer anywhere".strip())
         for k in sorted({k for e in evals for k in e if k.startswith(p + "avg@")}):  # sampled: first and last evaluation
             pts = [(e["step"], e[k]) for e in evals if k in e]
             ax.plot(*zip(*pts), "s--", label=f"{t or ''} {k.split('/')[-1]}".strip())

@@ -15,6 +15,7 @@ from rollout import SamplingParams
 from tasks.load import load_dataset
 from tasks.templates import check_template, opens_thought, parse_template_kwargs
 from tools.cli import set_threads
+from tools.smollm2 import named_model
 from trainer import lora
 from trainer.checkpoints import restore, start_run_dir
 from trainer.distributed import is_sharded, make_accelerator, precision, shard_reference
@@ -89,7 +90,7 @@ def load_inputs(cfg: Config):
         key = (st.data, st.reward, st.eval, st.eval_problems)
         if key not in keys:
             schema = st.kind if st.kind in ("code", "countdown") else None
-            builtin = st.eval.startswith("builtin")
+            builtin = st.eval.startswith(("builtin", "rg:"))  # generated tasks: their own held-out split
             keys.append(key)
             sets.append((load_dataset(st.data, split="train", n=cfg.train_problems or None, seed=cfg.seed, schema=schema),
                          load_dataset(st.eval, split="test" if builtin else cfg.eval_split, n=st.eval_problems,
@@ -101,6 +102,10 @@ def load_inputs(cfg: Config):
 
 
 def make_reward(cfg: Config, reward: str, thought_open: bool = False):
+    if reward == "rg":
+        from tasks.rg import RGReward
+
+        return RGReward(cfg.correct_reward, cfg.wrong_reward, thought_open=thought_open)
     if reward == "countdown":
         from tasks.countdown import CountdownReward
 
@@ -120,7 +125,7 @@ def make_tasks(cfg: Config, stages: list, sets: list, tok=None) -> list:
     """One Task per distinct (data, reward) of the stages, each with its own prompt sampler and reward (told whether
     the prompts leave a thought open: tasks.templates.opens_thought)."""
     mine = [[st for st in stages if st.task == t] for t in range(len(sets))]
-    names = [m[0].kind if m[0].kind in ("code", "countdown") else "math" for m in mine]
+    names = [m[0].kind if m[0].kind in ("code", "countdown", "rg") else "math" for m in mine]
     tasks = []
     for t, (train_set, eval_set) in enumerate(sets):
         name = names[t] + (str(t + 1) if names.count(names[t]) > 1 else "")
@@ -181,7 +186,7 @@ def setup(cfg: Config) -> Run:
         # Countdown stage the one cold-started on Countdown's searches (tools/tiny.py CountdownRecipe)
         recipe = (tiny.CODE_RECIPE if any(st.kind == "code" for st in stages) else
                   tiny.COUNTDOWN_RECIPE if any(st.kind == "countdown" for st in stages) else tiny.TinyRecipe())
-        model_path = cfg.model or tiny.get_tiny_model(recipe, verbose=accelerator.is_main_process)
+        model_path = named_model(cfg.model) or tiny.get_tiny_model(recipe, verbose=accelerator.is_main_process)
     model, tok = (lora.load(cfg, model_path, dtype, resume_from) if cfg.lora_rank else  # base + adapter (resumed)
                   load_model(resume_from or model_path, dtype, flag="--resume" if resume_from else "--model"))
     for kind in {st.kind for st in stages}:

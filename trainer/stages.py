@@ -26,8 +26,8 @@ class Stage:
 
 
 def kind_of(reward: str) -> str:
-    """The task kind of a --reward: "code", "countdown", "math-dapo" or "math"."""
-    return ("code" if reward.startswith("code") else reward if reward in ("countdown", "math-dapo") else "math")
+    """The task kind of a --reward: "code", "countdown", "math-dapo", "rg" (reasoning-gym) or "math"."""
+    return ("code" if reward.startswith("code") else reward if reward in ("countdown", "math-dapo", "rg") else "math")
 
 
 def filter_metric_for(cfg, reward: str) -> str:
@@ -38,7 +38,11 @@ def filter_metric_for(cfg, reward: str) -> str:
 
 
 def wrong_builtin(reward: str, specs: dict) -> str | None:
-    """The first of `specs` (name -> data spec) naming a built-in task of another kind than `reward`'s, or None."""
+    """The first of `specs` (name -> data spec) naming a built-in task of another kind than `reward`'s, or None;
+    reasoning-gym's tasks (rg:...) and --reward rg go together only."""
+    specs = {name: str(spec) for name, spec in specs.items()}
+    if reward == "rg" or any(s.startswith("rg:") for s in specs.values()):
+        return next((name for name, spec in specs.items() if spec.startswith("rg:") != (reward == "rg")), None)
     mine = {"code": "builtin-code", "countdown": "builtin-countdown"}.get(kind_of(reward), "builtin-math")
     others = {"builtin-math", "builtin-code", "builtin-countdown"} - {mine}
     return next((name for name, spec in specs.items() if str(spec).partition(":")[0] in others), None)
