@@ -369,7 +369,7 @@ def loss_settings(cfg: Config, world: int = 1) -> dict:
 # ------------------------------------------------------------------------------------------------
 def log_step(run: Run, plan: StepPlan, rollout: Rollout, result: Update, t0: float, t_gen: float) -> dict:
     """The step's metrics.jsonl row (summed over processes), kept in run.history."""
-    stats = step_stats(run.accelerator, rollout)
+    stats = step_stats(run.accelerator, rollout, plan.task.reward_fn)
     row = {"step": plan.step + 1, **stats.metrics, **rollout.metrics, **result.metrics}
     if len(run.stages) > 1:
         row["stage"] = run.stages.index(plan.stage) + 1
