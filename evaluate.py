@@ -97,7 +97,8 @@ def evaluate(engine, tokenizer, examples, reward_fn, samples: int = 0, ks=(1,), 
     with progress(engine, tokenizer, golds, 1, reward_fn, "greedy"):
         greedy = engine.generate(prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=stop))
     texts = [g[0].text for g in greedy]
-    rewards, correct, _ = reward_fn(texts, golds)
+    cut = [g[0].truncated for g in greedy]  # the engine's flag: a response that hit the limit (reward.py, rule 5)
+    rewards, correct, _ = reward_fn(texts, golds, truncated=cut)
     res["accuracy"] = sum(correct) / len(correct)
     anywhere = getattr(reward_fn, "anywhere", None)  # the right answer at the end in any form (tasks/rg.py): the format's share
     if anywhere:
@@ -112,14 +113,15 @@ def evaluate(engine, tokenizer, examples, reward_fn, samples: int = 0, ks=(1,), 
     for lvl, v in sorted(by_level.items()):
         res[f"accuracy_level{lvl}"] = sum(v) / len(v)
     res["samples"] = [
-        {"prompt": ex.prompt, "answer": ex.answer, "completion": t, "correct": ok}
-        for ex, t, ok in list(zip(examples, texts, correct))[:n_show]
+        {"prompt": ex.prompt, "answer": ex.answer, "completion": t, "truncated": c, "correct": ok}
+        for ex, t, c, ok in list(zip(examples, texts, cut, correct))[:n_show]
     ]
     if samples > 0:
         with progress(engine, tokenizer, golds, samples, reward_fn, f"avg@{samples}"):
             outs = engine.generate(prompts, samples, SamplingParams(temperature, top_p, max_new_tokens, stop))
         flat = [c.text for group in outs for c in group]
-        _, ok, _ = reward_fn(flat, [g for g in golds for _ in range(samples)])
+        _, ok, _ = reward_fn(flat, [g for g in golds for _ in range(samples)],
+                             truncated=[c.truncated for group in outs for c in group])
         counts = [sum(ok[i * samples : (i + 1) * samples]) for i in range(len(examples))]
         res[f"avg@{samples}"] = sum(counts) / (samples * len(examples))
         if anywhere:

@@ -121,6 +121,11 @@ class _LogBar(tqdm):
             return None
         return super().update(n)
 
+    def close(self):
+        if not self.disable and not self.leave and self.n != self.last_print_n:  # leave=False: its end's line too
+            self.refresh()
+        super().close()
+
     def __iter__(self):
         if self.disable:
             yield from self.iterable
@@ -135,7 +140,7 @@ class _LogBar(tqdm):
 
 def progress_bar(iterable=None, **kw):
     """tqdm on a terminal; elsewhere (a log file, a pipe) _LogBar: a line at the start, at most one every LOG_EVERY
-    seconds, and one at the end (a bar with leave=False ends without one), as _LogLines writes them."""
+    seconds, and one at the end, as _LogLines writes them."""
     if sys.stderr.isatty():
         return tqdm(iterable, **kw)
     kw.update(file=_LogLines(sys.stderr), mininterval=max(kw.get("mininterval", 0.1), LOG_EVERY), miniters=1,

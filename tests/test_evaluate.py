@@ -125,8 +125,8 @@ def test_engine_calls_and_samples(result):
     assert n1 == 1 and s1 == SamplingParams(temperature=0.0, top_p=1.0, max_new_tokens=33)
     assert n2 == 4 and s2 == SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=33)
     assert res["samples"] == [
-        {"prompt": "1+2", "answer": "3", "completion": GREEDY["1+2"], "correct": True},
-        {"prompt": "10+5+5", "answer": "20", "completion": GREEDY["10+5+5"], "correct": False},
+        {"prompt": "1+2", "answer": "3", "completion": GREEDY["1+2"], "truncated": False, "correct": True},
+        {"prompt": "10+5+5", "answer": "20", "completion": GREEDY["10+5+5"], "truncated": False, "correct": False},
     ]
 
 

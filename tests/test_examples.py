@@ -92,7 +92,8 @@ def test_example_rehearsal(script, standin, tmp_path):
     assert samples
     for s in samples:
         assert "<|im_start|>" not in s["completion"] and "<|im_end|>" not in s["completion"]
-    _, correct, _ = reward([s["completion"] for s in samples], [s["answer"] for s in samples])
+    _, correct, _ = reward([s["completion"] for s in samples], [s["answer"] for s in samples],
+                           truncated=[s["truncated"] for s in samples])
     assert [bool(c) for c in correct] == [bool(s["correct"]) for s in samples]
 
     # the checkpoint loads back: evaluate.py (the run's final greedy accuracy, same problems and template) and vLLM

@@ -288,7 +288,8 @@ def grade(examples: list[data.Example], engine, tokenizer, reward_fn, samples: i
             texts = [c.text for group in outs for c in group]
             if len(texts) != len(idx) * samples:
                 raise GradeError(f"engine returned {len(texts)} completions for {len(idx)} prompts x {samples} samples")
-            _, correct, _ = reward_fn(texts, [ex.answer for ex in exs for _ in range(samples)])
+            _, correct, _ = reward_fn(texts, [ex.answer for ex in exs for _ in range(samples)],
+                                      truncated=[c.truncated for group in outs for c in group])  # rule 5: the engine's flag
             lines = []
             for k, (i, ex) in enumerate(zip(idx, exs)):
                 g = Graded(sum(bool(x) for x in correct[k * samples : (k + 1) * samples]), samples)
