@@ -31,7 +31,7 @@ from urllib.parse import parse_qsl
 
 from data import DataError, Example, last_boxed
 from tasks.split import split_of
-from verifier.extract import THINK_OPEN, after_thought
+from verifier.extract import THINK_OPEN, after_thought, strip_end_marks
 
 PREFIX = "rg:"
 # The answer formats a spec may ask for (`format=NAME`, default boxed): the instruction appended to the question, and
@@ -43,7 +43,6 @@ FORMATS = {
     "final-answer": "End your response with 'The final answer is ANSWER.'",
 }
 HELD_OUT_SEED = 1_000_003  # the held-out generator's seed offset: another stream of problems
-END_STRINGS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>", "<|end|>")
 
 
 def is_rg(spec: str) -> bool:
@@ -165,15 +164,9 @@ def _score(answer: dict, text: str | None) -> bool:
 
 
 def strip_end(text: str) -> str:
-    """The response without the end-of-turn / EOS strings a chat model leaves in it, and surrounding space."""
-    text = text.strip()
-    changed = True
-    while changed:
-        changed = False
-        for s in END_STRINGS:
-            if text.endswith(s):
-                text, changed = text[: -len(s)].rstrip(), True
-    return text
+    """The response without surrounding space and the end-of-turn / EOS strings a chat model leaves in it (the math
+    reward's own list: verifier/extract.py END_MARKS)."""
+    return strip_end_marks(text.strip())
 
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
