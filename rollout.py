@@ -44,15 +44,17 @@ def auto_engine(device_type: str) -> str:
 
 
 def make_engine(name: str, model, tokenizer, **kw) -> Engine:
-    """'hf' or 'fast' (keyword used: max_batch) or 'vllm' (model_path required: the checkpoint the training model was
-    loaded from, e.g. the resumed checkpoint; gpu_memory_utilization, enable_sleep, seed, max_model_len, ...).
-    'auto' is `auto_engine`'s choice for the model's device. Keywords meant for the other engine are ignored."""
+    """'hf' or 'fast' (keywords used: max_batch, dtype; 'fast' also draw) or 'vllm' (model_path required: the
+    checkpoint the training model was loaded from, e.g. the resumed checkpoint; gpu_memory_utilization, enable_sleep,
+    seed, max_model_len, dtype, ...). dtype None: the policy's. 'auto' is `auto_engine`'s choice for the model's
+    device. Keywords meant for the other engine are ignored."""
     if name == "auto":
         name = auto_engine(next(model.parameters()).device.type)
     if name in ("hf", "fast"):
-        return (HFEngine if name == "hf" else FastEngine)(model, tokenizer, **{k: v for k, v in kw.items() if k in ("max_batch",)})
+        used = ("max_batch", "dtype") + (("draw",) if name == "fast" else ())
+        return (HFEngine if name == "hf" else FastEngine)(model, tokenizer, **{k: v for k, v in kw.items() if k in used})
     if name == "vllm":
-        kw = {k: v for k, v in kw.items() if k != "max_batch"}
+        kw = {k: v for k, v in kw.items() if k not in ("max_batch", "draw")}
         if not kw.get("model_path"):
             raise ValueError("rollout engine 'vllm' needs model_path (a local checkpoint directory or hub id)")
         return VLLMEngine(model, tokenizer, kw.pop("model_path"), **kw)

@@ -21,12 +21,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = ["--model", "smollm2-135m-instruct", "--train-data", "builtin-math", "--reward", "math", "--template", "chat",
         "--batch-size", "64", "--group-size", "8", "--max-new-tokens", "128", "--eval-problems", "4", "--eval-samples",
         "0", "--eval-every", "0", "--save-every", "0", "--reward-workers", "0"]
+FAST = ["--dtype", "bf16-mixed", "--threads", "2", "--attn-implementation", "eager", "--rollout-dtype", "bfloat16",
+        "--draw", "inverse-cdf"]
+VLLM = ["--dtype", "bf16-mixed", "--threads", "2", "--attn-implementation", "eager", "--rollout", "vllm", "--rollout-dtype",
+        "bfloat16"]
 VARIANTS = {
     "fp32 1 thread": [],
     "bf16-mixed 1 thread": ["--dtype", "bf16-mixed"],
     "bf16-mixed 2 threads": ["--dtype", "bf16-mixed", "--threads", "2"],
     "bf16-mixed 2 threads vllm": ["--dtype", "bf16-mixed", "--threads", "2", "--rollout", "vllm"],
     "bf16-mixed 2 threads lora 32": ["--dtype", "bf16-mixed", "--threads", "2", "--lora-rank", "32"],
+    "+ eager attention, bf16 rollout copy, inverse-cdf draw": FAST,
+    "+ eager attention, bf16 rollout copy, inverse-cdf draw, lora 32": [*FAST, "--lora-rank", "32"],
+    "bf16-mixed 2 threads eager, vllm bf16": VLLM,
+    "bf16-mixed 2 threads eager, vllm bf16, one micro-batch": [*VLLM, "--micro-batch-tokens", "16384"],
+    "+ eager attention, bf16 rollout copy, inverse-cdf draw, one micro-batch": [*FAST, "--micro-batch-tokens", "16384"],
 }
 
 

@@ -3,15 +3,21 @@
     pip install -e ".[bench]"                 # TRL (an optional extra; not needed for anything else)
     python bench/vs_trl.py                    # 3 repetitions x 8 steps per side, run A B A B ...
     python bench/vs_trl.py --reps 1 --steps 4 --engine hf --train-args "--micro-batch-tokens 0"   # as before the speed-ups
+    python bench/vs_trl.py --model smollm2-135m-instruct --prompts 8 --max-new-tokens 128 --lr 1e-5 --threads 2 \
+        --dtype bf16-mixed --attn-implementation eager --trl-micro 8 \
+        --train-args "--rollout-dtype bfloat16 --draw inverse-cdf"   # SmolLM2-135M on a CPU (docs/speed.md)
 
 Both sides: the cold-start tiny model (tools/tiny.py), B = 32 built-in-task prompts x G = 8, at most 64 new tokens,
 temperature 1, top-p 1, top-k off, no repetition penalty, AdamW at a constant lr 1e-4 (no warm-up), token-mean loss
 (TRL's `loss_type="dapo"`), one optimizer update per rollout (mu = 1, no reference model, beta = 0), grad clip 1.0,
-1 torch thread, the same reward function (reward.MathReward, 1/0), and the same prompt strings in the same order
+1 torch thread (--threads), the same reward function (reward.MathReward, 1/0), and the same prompt strings in the same order
 (the project's prompt sampler is replayed to build TRL's dataset, which TRL then reads unshuffled). Each side runs
 in its own process; a child reports the settings it actually ran with and the parent asserts they are identical.
 On a machine with a CUDA GPU both sides run on it with bf16 mixed precision (train.py's --dtype auto; TRL's
-bf16=True: fp32 weights and AdamW, the forward under bf16 autocast); the settings check includes device and precision.
+bf16=True: fp32 weights and AdamW, the forward under bf16 autocast); --dtype bf16-mixed asks for it on a CPU too; the
+settings check includes device, precision, threads and attention (--attn-implementation, both sides' policy).
+--trl-micro N: TRL's per-device batch of N completions, gradient accumulation over B x G / N of them, one optimizer
+update per step still (the project cuts its micro-batches by --micro-batch-tokens).
 Per step: the median over steps 2..N of the wall time of a step (generation, reward, update; TRL: from one
 `on_step_end` to the next, so its logging is included; the project: `perf/step_time_s`), and response tokens/s.
 Prints figures; asserts only that the settings match.
@@ -61,8 +67,9 @@ def run_project(a, model_path: str) -> dict:
     out = tempfile.mkdtemp(prefix="vs-trl-project-")
     argv = ["--model", model_path, "--output-dir", out, "--max-steps", str(a.steps), "--seed", str(a.seed),
             "--batch-size", str(a.prompts * a.group), "--group-size", str(a.group), "--max-new-tokens", str(a.max_new_tokens),
-            "--lr", str(a.lr), "--warmup-steps", "0", "--loss-agg", "token-mean", "--threads", "1",
-            "--eval-every", "0", "--eval-problems", "8", "--rollout", a.engine, *a.train_args.split()]
+            "--lr", str(a.lr), "--warmup-steps", "0", "--loss-agg", "token-mean", "--threads", str(a.threads),
+            "--eval-every", "0", "--eval-problems", "8", "--rollout", a.engine, "--dtype", a.dtype,
+            *(["--attn-implementation", a.attn_implementation] if a.attn_implementation else []), *a.train_args.split()]
     hist = train.main(argv)
     cfg = json.load(open(os.path.join(out, "config.json")))
     from transformers import AutoTokenizer
@@ -73,7 +80,7 @@ def run_project(a, model_path: str) -> dict:
         "B": cfg["batch_size"] // cfg["group_size"], "G": cfg["group_size"], "max_new_tokens": cfg["max_new_tokens"],
         "lr_per_step": [r["perf/lr"] for r in hist], "loss": {"token-mean": "token-mean"}[cfg["loss_agg"]],
         "updates_per_step": [r["policy/updates"] for r in hist], "beta": cfg["kl_coef"], "clip": [cfg["clip_low"], cfg["clip_high"]],
-        "grad_clip": cfg["grad_clip"], "threads": torch.get_num_threads(),
+        "grad_clip": cfg["grad_clip"], "threads": torch.get_num_threads(), "attention": cfg["attn_implementation"],
         "device": PartialState().device.type, "precision": distributed.precision(types.SimpleNamespace(**cfg)),  # as train.py's Accelerator
         "sampling": {"temperature": cfg["temperature"], "top_p": cfg["top_p"], "top_k": 0, "repetition_penalty": 1.0},
     }
@@ -89,7 +96,7 @@ def run_trl(a, model_path: str) -> dict:
 
     from reward import MathReward
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(a.threads)
     tok = AutoTokenizer.from_pretrained(model_path)
     pairs = prompts_in_draw_order(tok, a.prompts, a.steps, a.seed)
     ds = Dataset.from_list([{"prompt": p, "answer": ans} for p, ans in pairs])
@@ -116,17 +123,20 @@ def run_trl(a, model_path: str) -> dict:
 
     out = tempfile.mkdtemp(prefix="vs-trl-trl-")
     gpu = torch.cuda.is_available()  # as train.py: the GPU when there is one, with bf16-mixed (its --dtype auto)
+    micro = a.trl_micro or a.prompts * a.group
     args = GRPOConfig(
         output_dir=out, max_steps=a.steps, seed=a.seed, use_cpu=not gpu, report_to="none", save_strategy="no",
-        logging_steps=1, disable_tqdm=True, log_completions=False,
-        per_device_train_batch_size=a.prompts * a.group, gradient_accumulation_steps=1, steps_per_generation=1,
+        logging_steps=1, disable_tqdm=True, log_completions=False, per_device_train_batch_size=micro,
+        gradient_accumulation_steps=a.prompts * a.group // micro, steps_per_generation=a.prompts * a.group // micro,
         num_generations=a.group, num_iterations=1, max_completion_length=a.max_new_tokens, shuffle_dataset=False,
         temperature=1.0, top_p=1.0, top_k=0, repetition_penalty=1.0,
         learning_rate=a.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
         adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
-        loss_type="dapo", beta=0.0, epsilon=0.2, scale_rewards="group", bf16=gpu, dataloader_num_workers=0,
+        loss_type="dapo", beta=0.0, epsilon=0.2, scale_rewards="group", bf16=gpu or a.dtype == "bf16-mixed",
+        dataloader_num_workers=0,
     )
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, **(
+        {"attn_implementation": a.attn_implementation} if a.attn_implementation else {}))
     clock = Clock()
     trainer = GRPOTrainer(model=model, reward_funcs=math_reward, args=args, train_dataset=ds, processing_class=tok,
                           callbacks=[clock])
@@ -134,10 +144,12 @@ def run_trl(a, model_path: str) -> dict:
     scorer.close()
     gc = trainer.generation_config
     settings = {
-        "model": model_path, "prompts": digest(pairs), "B": args.per_device_train_batch_size // args.num_generations,
+        "model": model_path, "prompts": digest(pairs),
+        "B": args.per_device_train_batch_size * args.gradient_accumulation_steps // args.num_generations,
         "G": args.num_generations, "max_new_tokens": gc.max_new_tokens, "lr_per_step": clock.lr,
         "loss": {"dapo": "token-mean"}[args.loss_type], "updates_per_step": [1] * len(clock.lr), "beta": args.beta,
         "clip": [trainer.epsilon_low, trainer.epsilon_high], "grad_clip": args.max_grad_norm, "threads": torch.get_num_threads(),
+        "attention": a.attn_implementation,
         "device": trainer.accelerator.device.type, "precision": "bf16-mixed" if args.bf16 else "float32",
         "sampling": {"temperature": gc.temperature, "top_p": gc.top_p, "top_k": gc.top_k or 0,
                      "repetition_penalty": gc.repetition_penalty if gc.repetition_penalty is not None else 1.0},
@@ -147,10 +159,15 @@ def run_trl(a, model_path: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-def child(a) -> None:
-    from tools import tiny
+def model_dir(name: str, verbose: bool = True) -> str:
+    """--model: a directory, a name the project resolves (smollm2-135m-instruct: tools/smollm2.py), or the tiny model."""
+    from tools import smollm2, tiny
 
-    model_path = a.model or tiny.get_tiny_model(verbose=False)
+    return smollm2.named_model(name) or name or tiny.get_tiny_model(verbose=verbose)
+
+
+def child(a) -> None:
+    model_path = model_dir(a.model, verbose=False)
     res = (run_trl if a.side == "trl" else run_project)(a, model_path)
     with open(a.result, "w") as f:
         json.dump(res, f)
@@ -171,7 +188,12 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--engine", default="fast", help="the project's rollout engine (train.py --rollout)")
     ap.add_argument("--train-args", default="", help="extra train.py flags for the project side, e.g. '--micro-batch-tokens 0'")
-    ap.add_argument("--model", default="", help="model directory (default: the tiny model)")
+    ap.add_argument("--model", default="", help="model directory or smollm2-135m-instruct (default: the tiny model)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
+    ap.add_argument("--dtype", default="auto", choices=("auto", "bf16-mixed"),
+                    help="auto: bf16-mixed on a GPU, float32 on a CPU (train.py's); bf16-mixed: both sides, anywhere")
+    ap.add_argument("--attn-implementation", default="", help="both sides' policy attention ('' = transformers' choice)")
+    ap.add_argument("--trl-micro", type=int, default=0, help="TRL's completions per forward/backward (0 = all B x G)")
     ap.add_argument("--side", choices=["trl", "project"], help=argparse.SUPPRESS)  # child mode
     ap.add_argument("--result", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -181,15 +203,15 @@ def main():
         import trl
     except ImportError:
         raise SystemExit('error: TRL is not installed; pip install -e ".[bench]"')
-    from tools import tiny
     import torch
     import transformers
 
-    model_path = a.model or tiny.get_tiny_model()
+    model_path = model_dir(a.model)
     runs = {"project": [], "trl": []}
     fwd = ["--steps", str(a.steps), "--prompts", str(a.prompts), "--group", str(a.group), "--max-new-tokens",
            str(a.max_new_tokens), "--lr", str(a.lr), "--seed", str(a.seed), "--engine", a.engine, "--model", model_path,
-           f"--train-args={a.train_args}"]
+           "--threads", str(a.threads), "--dtype", a.dtype, f"--attn-implementation={a.attn_implementation}",
+           "--trl-micro", str(a.trl_micro), f"--train-args={a.train_args}"]
     for rep in range(a.reps):
         for side in ("project", "trl"):  # interleaved: A B A B ...
             with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
@@ -215,7 +237,8 @@ def main():
         assert not diff, f"settings differ between the two sides: {diff}"
     s = runs["project"][0]["settings"]
     print(f"\nsettings (identical on both sides): model {s['model']}, B {s['B']} x G {s['G']}, {s['max_new_tokens']} new tokens, "
-          f"lr {s['lr_per_step'][0]} constant, loss {s['loss']}, beta {s['beta']}, clip {s['clip']}, {s['threads']} thread, {s['device']} {s['precision']}, "
+          f"lr {s['lr_per_step'][0]} constant, loss {s['loss']}, beta {s['beta']}, clip {s['clip']}, {s['threads']} thread(s), {s['device']} {s['precision']}, "
+          f"attention {s['attention'] or 'default'}, "
           f"sampling {s['sampling']}, prompts sha {s['prompts']}")
     print(f"versions: torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}; "
           f"project engine {a.engine!r}, extra train.py flags {a.train_args!r}; cpu count {os.cpu_count()}")

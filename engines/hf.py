@@ -5,6 +5,8 @@ samples).
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from engines.base import Completion, Engine, SamplingParams
@@ -12,12 +14,36 @@ from engines.stops import finish, generation_config_of, stop_token_ids
 
 
 class HFEngine(Engine):
-    def __init__(self, model, tokenizer, max_batch: int = 512):
-        self.model, self.tok, self.max_batch = model, tokenizer, max_batch
+    """dtype None: generates with the training model itself (nothing to copy). dtype torch.bfloat16 (--rollout-dtype
+    bfloat16): with a plain copy of it in bf16, its weights copied in by every sync_weights (a LoRA policy's merged:
+    trainer.lora.MergedWeights) -- the weights bf16 autocast's matmuls see, without casting them at every decode step."""
+
+    def __init__(self, model, tokenizer, max_batch: int = 512, dtype=None):
+        self.tok, self.max_batch, self.dtype = tokenizer, max_batch, dtype
         self.stops = stop_token_ids(tokenizer, generation_config_of(model))
+        self.model = None if dtype else model
+        if dtype:
+            self.sync_weights(model)
 
     def sync_weights(self, model) -> None:
-        self.model = model  # generates with the training model itself: nothing to copy
+        if not self.dtype:
+            self.model = model  # generates with the training model itself: nothing to copy
+            return
+        if self.model is None:  # the copy: the policy's architecture and attention, built once
+            from transformers import AutoModelForCausalLM
+
+            src = next(model.parameters())
+            config = copy.deepcopy(model.config)  # (from_config sets the attention on the config it is given)
+            with torch.device(src.device):  # attention: transformers' choice (a policy's eager is slower decoding)
+                self.model = AutoModelForCausalLM.from_config(config, dtype=self.dtype, attn_implementation=None)
+            self.model.generation_config = model.generation_config
+            self.model.eval().requires_grad_(False)
+        mine = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                mine.pop(name).copy_(p)
+        if mine:  # a weight the source does not have would stay at its random initialisation
+            raise RuntimeError(f"rollout copy: no source for {sorted(mine)[:3]}")
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
@@ -79,7 +105,8 @@ class FastEngine(HFEngine):
         k = 16 did not pay: 725 against k = 1's 1,297 tokens/s at Qwen2.5-0.5B shapes, 64 rows x 512 tokens, and 524
         against 1,340 at 64 x 128; a profile of 64 x 32 found the same kernels and GPU time at both k. HF generate was
         faster than either there, so `--rollout auto` picks it on a GPU (rollout.auto_engine).
-    Same seed, same samples as HFEngine: `tests/test_rollout.py` checks it token for token (sampled and greedy,
+    Same seed, same samples as HFEngine (draw "multinomial", the default; "inverse-cdf" samples the same
+    distribution with other draws: inverse_cdf): `tests/test_rollout.py` checks it token for token (sampled and greedy,
     top-p included). The equality rests on two facts the test would catch if a torch or transformers release
     changed them: multinomial's draw as above, and a row's logits not depending on which other rows share its
     batch (true for the CPU kernels here; on a GPU, matmul kernels may pick other tilings for other batch sizes,
@@ -87,6 +114,10 @@ class FastEngine(HFEngine):
     """
 
     check_every: int = 1  # decode steps per host check (above)
+
+    def __init__(self, model, tokenizer, max_batch: int = 512, dtype=None, draw: str = "multinomial"):
+        super().__init__(model, tokenizer, max_batch, dtype)
+        self.draw = draw  # "multinomial" (generate's draw, above) or "inverse-cdf" (inverse_cdf: other samples)
 
     @torch.inference_mode()
     def generate(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Completion]]:
@@ -138,8 +169,11 @@ class FastEngine(HFEngine):
                     for w in warpers:
                         logits = w(None, logits)
                     probs = torch.softmax(logits, dim=-1)
-                    q = torch.empty((b, probs.shape[-1]), device=device).exponential_(1)  # multinomial's draw, all b rows
-                    nxt = (probs / q[rows]).argmax(-1)
+                    if self.draw == "multinomial":
+                        q = torch.empty((b, probs.shape[-1]), device=device).exponential_(1)  # multinomial's, all b rows
+                        nxt = (probs / q[rows]).argmax(-1)
+                    else:
+                        nxt = inverse_cdf(probs, torch.rand(b, device=device, dtype=torch.float64)[rows])
                     if k > 1:
                         drawn[t] = gen.get_state()  # host-side (a CUDA generator's seed and offset): no read-back
                 lp = torch.log_softmax(logits, dim=-1).gather(-1, nxt[:, None]).squeeze(-1)
@@ -181,3 +215,14 @@ class FastEngine(HFEngine):
         if was_training:
             model.train()
         return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One token per row of probs (n, V), drawn with one uniform u (n,) in [0, 1) each: the first token whose
+    cumulative probability (float64) exceeds u * total. The distribution multinomial samples, from n random numbers
+    instead of multinomial's n x V exponentials (--draw inverse-cdf; what it saves: docs/speed.md). The cumulative sum
+    rises only at tokens of positive probability, so no zero-probability token (top-p's cut) can come out."""
+    cdf = probs.double().cumsum(-1)
+    total = cdf[:, -1:]
+    v = torch.minimum(u[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))  # below the total
+    return torch.searchsorted(cdf, v, right=True).squeeze(-1)

@@ -9,8 +9,9 @@ import os
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
-def load_model(path: str, dtype, flag: str = "--model"):
-    """(model, tokenizer) from a local directory or a hub name; pad token = EOS when the tokenizer has none.
+def load_model(path: str, dtype, flag: str = "--model", attn_implementation: str = ""):
+    """(model, tokenizer) from a local directory or a hub name; pad token = EOS when the tokenizer has none;
+    attn_implementation '' = transformers' choice.
 
     A local directory is checked before transformers sees it, so a wrong path ends in one line naming what is
     missing (`error: --model DIR: no config.json ...`) instead of a traceback from deep inside the tokenizer.
@@ -32,16 +33,17 @@ def load_model(path: str, dtype, flag: str = "--model"):
             raise SystemExit(f"error: {flag} {path!r}: no tokenizer in the directory (expected one of "
                              f"{', '.join(TOKENIZER_FILES)}; save the tokenizer beside the model)")
     src = local if is_local else path
+    kw = {"dtype": dtype, **({"attn_implementation": attn_implementation} if attn_implementation else {})}
     try:
         if not is_local:  # a hub name: the local cache first, the network only when it is there
             try:
                 tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-                model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+                model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **kw)
                 return _with_pad(model, tok)
             except OSError:
                 offline_check(path, flag)
         tok = AutoTokenizer.from_pretrained(src)
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(src, **kw)
     except (OSError, ValueError) as e:
         where = "model directory" if is_local else "local directory or reachable hub model"
         raise SystemExit(f"error: {flag} {path!r}: cannot load a model from it (not a {where}): {str(e).splitlines()[0]}")

@@ -121,6 +121,24 @@ def test_under_bf16_autocast_fp32_master_weights():
     assert (lp32 - lp).abs().max() > 1e-4
 
 
+def test_lm_head_cast_once_changes_no_bit(monkeypatch):
+    """Under autocast the chunked head casts the LM-head weight to bf16 once per forward / backward, not once per
+    chunk (logprobs._autocast_once): log-probs, entropy and every gradient bit for bit those of the per-chunk casts."""
+    hid, w, _, tok = _case(n=2, t=9, h=32, v=300)
+    b = torch.randn(300, dtype=torch.float64)
+
+    def run():
+        h, ww, bb = (x.detach().float().requires_grad_() for x in (hid, w, b))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lp, ent = logprobs.chunked_token_logprobs(h, ww, tok, bb, 0.7, True, chunk_size=4)
+        return [lp, ent, *_grads((lp + 0.3 * ent).sum(), [h, ww, bb])]
+
+    once = run()
+    monkeypatch.setattr(logprobs, "_autocast_once", lambda t: t)  # each chunk's matmul casts as autocast does
+    for a, r in zip(once, run()):
+        assert torch.equal(a, r)
+
+
 # ---- train.py: the chunked path in the update, gradient checkpointing, precision policy, trackers ----------------
 import json  # noqa: E402
 import os  # noqa: E402

@@ -232,3 +232,113 @@ def test_auto_engine_is_fast_on_the_cpu_and_generate_on_a_gpu(trained_model_path
     model = AutoModelForCausalLM.from_pretrained(trained_model_path)
     eng = rollout.make_engine("auto", model, AutoTokenizer.from_pretrained(trained_model_path))
     assert type(eng) is rollout.FastEngine
+
+
+def test_inverse_cdf_hand_computed():
+    """The first token whose cumulative probability exceeds u * total; a zero-probability token is never drawn, not
+    even at u = 0 or u = 1 - 2^-53, and an unnormalised row gives the same draws as its normalised one."""
+    from engines.hf import inverse_cdf
+
+    probs = torch.tensor([[0.1, 0.0, 0.6, 0.3, 0.0]] * 6, dtype=torch.float64)  # cdf 0.1 0.1 0.7 1.0 1.0
+    u = torch.tensor([0.0, 0.05, 0.1, 0.69, 0.71, 1 - 2**-53], dtype=torch.float64)
+    assert inverse_cdf(probs, u).tolist() == [0, 0, 2, 2, 3, 3]
+    assert inverse_cdf(probs * 7.0, u).tolist() == [0, 0, 2, 2, 3, 3]
+
+
+def test_inverse_cdf_samples_the_distribution():
+    """200,000 draws from a 50-token distribution with zeros (top-p's cut): each token's frequency within 5 standard
+    errors of its probability, no zero-probability token."""
+    from engines.hf import inverse_cdf
+
+    g = torch.Generator().manual_seed(0)
+    p = torch.rand(50, generator=g) ** 3
+    p[torch.randperm(50, generator=g)[:10]] = 0
+    p = (p / p.sum()).float()
+    n = 200_000
+    draws = inverse_cdf(p.expand(n, -1), torch.rand(n, generator=g, dtype=torch.float64))
+    freq = torch.bincount(draws, minlength=50).double() / n
+    se = (p.double() * (1 - p.double()) / n).sqrt()
+    assert (freq[p == 0] == 0).all()
+    assert ((freq - p.double()).abs() <= 5 * se + 1e-12).all()
+
+
+def test_fast_engine_inverse_cdf_draw(tiny_model_path):
+    """--draw inverse-cdf: greedy unchanged; sampled rows reproducible from the seed, each token's log-prob that of
+    the distribution it was drawn from (as the multinomial draw's), other samples than multinomial's."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+    prompts = [build_prompt(tok, ex.prompt) for ex in builtin_task(4, split="train", seed=2)]
+
+    def run(draw, params):
+        torch.manual_seed(3)
+        return [c for g in FastEngine(model, tok, draw=draw).generate(prompts, 8, params) for c in g]
+
+    greedy = SamplingParams(0.0, 1.0, 30)
+    assert [c.token_ids for c in run("inverse-cdf", greedy)] == [c.token_ids for c in run("multinomial", greedy)]
+    sampled = SamplingParams(1.0, 0.9, 30)
+    a, b, m = run("inverse-cdf", sampled), run("inverse-cdf", sampled), run("multinomial", sampled)
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    assert [c.token_ids for c in a] != [c.token_ids for c in m]
+    assert all(len(c.logprobs) == c.length and max(c.logprobs) <= 0 for c in a)
+
+
+def test_bf16_rollout_copy_generates_as_the_cast_policy(tiny_model_path):
+    """--rollout-dtype bfloat16: the engine's copy samples, token for token, what the policy cast to bf16 samples; after
+    the policy changes, sync_weights brings the copy along; the policy itself is untouched (dtype, attention)."""
+    import copy
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32, attn_implementation="eager")
+    prompts = [build_prompt(tok, ex.prompt) for ex in builtin_task(3, split="train", seed=6)]
+    params = SamplingParams(1.0, 1.0, 30)
+    engine = FastEngine(policy, tok, dtype=torch.bfloat16)
+    assert engine.model is not policy and engine.model.dtype == torch.bfloat16
+    assert policy.dtype == torch.float32 and policy.config._attn_implementation == "eager"
+
+    def samples(eng):
+        torch.manual_seed(5)
+        return [c.token_ids for g in eng.generate(prompts, 4, params) for c in g]
+
+    def cast():
+        return FastEngine(copy.deepcopy(policy).to(torch.bfloat16), tok)
+
+    assert samples(engine) == samples(cast())
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    before = samples(engine)
+    engine.sync_weights(policy)
+    assert samples(engine) == samples(cast()) != before
+
+
+def test_bf16_rollout_copy_of_a_lora_policy_is_the_merged_model(tiny_model_path):
+    """A LoRA policy's copy (trainer.lora.MergedWeights): the samples of the merged model cast to bf16."""
+    import types
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainer import lora
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+    cfg = types.SimpleNamespace(lora_rank=4, lora_alpha=8, lora_dropout=0.0, lora_targets="", seed=0,
+                                gradient_checkpointing=False, rollout="fast", rollout_dtype="bfloat16")
+    peft_model = lora.wrap(base, cfg)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)  # a trained adapter (B starts at 0)
+    prompts = [build_prompt(tok, ex.prompt) for ex in builtin_task(3, split="train", seed=7)]
+    params = SamplingParams(1.0, 1.0, 30)
+
+    def samples(eng):
+        torch.manual_seed(8)
+        return [c.token_ids for g in eng.generate(prompts, 4, params) for c in g]
+
+    engine = rollout.make_engine("fast", lora.engine_view(peft_model, cfg), tok, dtype=torch.bfloat16)
+    merged = lora.merged_model(peft_model).to(torch.bfloat16)
+    assert samples(engine) == samples(FastEngine(merged, tok))

@@ -36,8 +36,9 @@ class _ChunkedHead(torch.autograd.Function):
         acc_dtype = torch.promote_types(hidden.dtype, torch.float32)  # fp32 for bf16/fp16, fp64 stays fp64
         logp = torch.empty(hidden.shape[0], dtype=acc_dtype, device=hidden.device)
         ent = torch.empty_like(logp) if with_entropy else logp.new_empty(0)
+        w, b = _autocast_once(weight), _autocast_once(bias)
         for s in range(0, hidden.shape[0], chunk):
-            z = _chunk_logits(hidden[s : s + chunk], weight, bias, temperature, acc_dtype)  # (c, V)
+            z = _chunk_logits(hidden[s : s + chunk], w, b, temperature, acc_dtype)  # (c, V)
             logz = torch.logsumexp(z, dim=-1)  # (c,)
             logp[s : s + chunk] = z.gather(-1, tokens[s : s + chunk, None]).squeeze(-1) - logz
             if with_entropy:  # H = logZ - E_p[z]: one more pass over the chunk
@@ -65,9 +66,10 @@ class _ChunkedHead(torch.autograd.Function):
             g_ent = None
         if g_logp is None:
             g_logp = torch.zeros(hidden.shape[0], dtype=acc_dtype, device=hidden.device)
+        w, b = _autocast_once(weight), _autocast_once(bias)
         for s in range(0, hidden.shape[0], chunk):
             h = hidden[s : s + chunk]
-            z, z_dtype = _chunk_logits(h, weight, bias, T, acc_dtype, with_dtype=True)  # (c, V), recomputed
+            z, z_dtype = _chunk_logits(h, w, b, T, acc_dtype, with_dtype=True)  # (c, V), recomputed
             p = torch.softmax(z, dim=-1)
             gl = g_logp[s : s + chunk, None].to(acc_dtype)  # (c, 1)
             if g_ent is not None:  # grad = -g_H p (z - E_p z) - g_logp p, built in place in z
@@ -78,7 +80,7 @@ class _ChunkedHead(torch.autograd.Function):
             grad.scatter_add_(-1, tokens[s : s + chunk, None], gl)  # + g_logp at the sampled token
             grad = grad.div_(T).to(z_dtype)  # d/d(unscaled logits), in the matmul's dtype (as autograd would)
             if need_h:
-                g_h[s : s + chunk] = grad @ weight
+                g_h[s : s + chunk] = grad @ w
             if need_w:
                 g_w += (grad.T @ h).to(acc_dtype)
             if g_b is not None:
@@ -86,6 +88,15 @@ class _ChunkedHead(torch.autograd.Function):
         g_w = g_w.to(weight.dtype) if g_w is not None else None
         g_b = g_b.to(bias.dtype) if g_b is not None else None
         return g_h, g_w, g_b, None, None, None, None
+
+
+def _autocast_once(t):
+    """Under autocast, the cast each chunk's matmul would make of the LM-head weight (bias), made once for all chunks:
+    inside an autograd.Function autocast keeps no cast cache, and at a 49k x 576 head the casts cost as much as the
+    matmuls. The same rounding, so the same numbers; outside autocast `t` itself."""
+    if t is None or not t.is_floating_point() or not torch.is_autocast_enabled(t.device.type):
+        return t
+    return t.to(torch.get_autocast_dtype(t.device.type))
 
 
 def _chunk_logits(h, weight, bias, temperature, acc_dtype, with_dtype=False):

@@ -99,7 +99,7 @@ def load_base(cfg, model_path: str, dtype):
     from engines.loading import load_model
 
     if not cfg.load_in_4bit:
-        return load_model(model_path, dtype)
+        return load_model(model_path, dtype, attn_implementation=cfg.attn_implementation)
     try:
         import bitsandbytes  # noqa: F401
     except ImportError:
@@ -203,6 +203,14 @@ class MergedWeights:
     def parameters(self):
         return self.model.get_base_model().parameters()
 
+    @property
+    def config(self):  # what an engine's bf16 copy is built from (--rollout-dtype bfloat16)
+        return self.model.get_base_model().config
+
+    @property
+    def generation_config(self):
+        return self.model.get_base_model().generation_config
+
 
 class AdapterWeights:
     """The engine's view of a LoRA policy for the adapter-only sync (--lora-vllm-sync adapter): `save_adapter(dir)`
@@ -221,9 +229,10 @@ class AdapterWeights:
 
 def engine_view(model, cfg):
     """What train.py hands the engine for a LoRA policy: for vLLM the merged weights (the default) or the adapter
-    alone (--lora-vllm-sync adapter); the adapted model itself for the project's own engines."""
+    alone (--lora-vllm-sync adapter); for the project's own engines the adapted model itself, or the merged weights
+    for their bf16 copy (--rollout-dtype bfloat16)."""
     if cfg.rollout != "vllm":
-        return model
+        return MergedWeights(model) if cfg.rollout_dtype == "bfloat16" else model
     return AdapterWeights(model) if cfg.lora_vllm_sync == "adapter" else MergedWeights(model)
 
 

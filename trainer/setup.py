@@ -167,6 +167,8 @@ def setup(cfg: Config) -> Run:
     sharded = is_sharded(accelerator)
     if sharded and (cfg.dynamic_sampling or cfg.seamless):  # also when FSDP comes from an accelerate config file
         raise SystemExit("error: FSDP cannot be combined with --dynamic-sampling / --seamless (see --fsdp)")
+    if sharded and cfg.rollout_dtype != "auto" and cfg.rollout != "vllm":  # a whole copy on every process
+        raise SystemExit("error: --rollout-dtype bfloat16 with FSDP: only with --rollout vllm (see --fsdp)")
     if cfg.rollout_lag and accelerator.num_processes > 1:  # the producer thread would run collectives beside DDP's
         raise SystemExit(f"error: --rollout-lag: runs on one process, not {accelerator.num_processes} (async_rollout.py)")
     if cfg.token_budget:  # C3PO: Phi / W tokens on each of W processes, exactly (c3po.process_budget)
@@ -188,7 +190,8 @@ def setup(cfg: Config) -> Run:
                   tiny.COUNTDOWN_RECIPE if any(st.kind == "countdown" for st in stages) else tiny.TinyRecipe())
         model_path = named_model(cfg.model) or tiny.get_tiny_model(recipe, verbose=accelerator.is_main_process)
     model, tok = (lora.load(cfg, model_path, dtype, resume_from) if cfg.lora_rank else  # base + adapter (resumed)
-                  load_model(resume_from or model_path, dtype, flag="--resume" if resume_from else "--model"))
+                  load_model(resume_from or model_path, dtype, flag="--resume" if resume_from else "--model",
+                             attn_implementation=cfg.attn_implementation))
     for kind in {st.kind for st in stages}:
         check_template(tok, cfg.template, kind, template_kwargs=parse_template_kwargs(cfg.chat_template_kwargs))
     check_context(model, max(st.max_new_tokens for st in stages))
@@ -198,7 +201,7 @@ def setup(cfg: Config) -> Run:
     # first run that builds it and a later run that finds it cached are the same run.
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed + accelerator.process_index)  # per-process sampling streams
-    ref_model = load_model(model_path, dtype)[0].eval().requires_grad_(False) if cfg.kl_coef > 0 and not cfg.lora_rank else None
+    ref_model = load_model(model_path, dtype, attn_implementation=cfg.attn_implementation)[0].eval().requires_grad_(False) if cfg.kl_coef > 0 and not cfg.lora_rank else None
     optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], cfg, accelerator.device, sharded)
     if cfg.lora_rank and sharded:  # FSDP2 + LoRA: the root is the transformers model inside peft's wrapper (trainer/lora.py)
         optimizer = accelerator.prepare(model.get_base_model(), optimizer)[1]
@@ -221,7 +224,8 @@ def setup(cfg: Config) -> Run:
                                  tok, model_path=model_path if cfg.lora_rank else resume_from or model_path,
                                  seed=cfg.seed, max_model_len=512 if not cfg.model else None,
                                  gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, enable_sleep=cfg.vllm_sleep,
-                                 lora_rank=cfg.lora_rank if cfg.lora_vllm_sync == "adapter" else 0)
+                                 lora_rank=cfg.lora_rank if cfg.lora_vllm_sync == "adapter" else 0,
+                                 dtype=torch.bfloat16 if cfg.rollout_dtype == "bfloat16" else None, draw=cfg.draw)
     ent_ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max, timing=cfg.entropy_timing,
                                        strict=cfg.entropy_timing == "code") if cfg.adaptive_entropy else None
     run = Run(cfg, accelerator, model, tok, ref_model, optimizer, engine, ent_ctrl, make_tasks(cfg, stages, sets, tok), stages)
