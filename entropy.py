@@ -8,20 +8,21 @@ entropy control (arXiv 2505.22312, Sec. 3.2, Eq. 3.1-3.2). Tests: python -m pyte
     paper             code                        shape
     H(pi(.|s_t))      entropy                     (N, T)    full-vocabulary entropy (grpo.token_logprobs)
     alpha             coef                        float     5e-4 in Ring-lite; alpha_k from AdaptiveEntropy
-    1/D               loss_agg + num_seqs/num_tokens/budget  the same denominators as the policy loss
-    e_k               e (AdaptiveEntropy.step)    float     this step's entropy estimate (observe -> estimate)
+    1/D               aggregate + loss_agg, ...   the policy loss's: the run's idea file's aggregate, its denominators
+    e_k               e (AdaptiveEntropy.coef)    float     the entropy estimate alpha_k follows (`timing`)
     c_k, c_0          coef_c, c0                  float     c_0 = 0
     tgt, Delta        target, delta               float     0.2; 1e-4 (released scripts) or 5e-3 (paper, Fig. 10)
 
 Where the papers are silent or disagree, and what this file chooses:
   * Sign: Eq. 6 prints + alpha H, but the stated purpose is "encouraging exploration", so the minimised loss gets
     -alpha * H (a bonus); entropy_loss returns that term, to be added to the policy loss.
-  * How H is aggregated is unstated in Ring-lite: we use the policy loss's own aggregation and denominators (pass
-    the same loss_agg / num_tokens / budget, and the budget mask for C3PO), so both terms scale alike.
+  * How H is aggregated is unstated in Ring-lite: we use the policy loss's own aggregation and denominators (the
+    run's idea file's `aggregate` with the same loss_agg / num_tokens / budget, and the budget mask for C3PO), so both
+    terms scale alike.
   * Entropy estimate e_k (Skywork): the paper estimates "from the rollout buffer"; its code uses the sampled-token
     NLL -mean(old_logp), while the loss term uses the full-vocabulary entropy. Both estimate the same quantity at
     tau = 1 (E[-log p(y)] = H); tgt = 0.2 was tuned on the NLL, so e_k is the NLL: the trainer hands the controller
-    log pi_old of the rollout's sampled tokens (`observe`, per micro-batch) and asks for e (`estimate`).
+    log pi_old of the rollout's sampled tokens (`coef`'s this_rollout, or `observe` per micro-batch: the timing's).
   * Timing (`timing`): Skywork's released trainer calls `EntController.update(e)` after the actor update, with e the
     NLL of the rollout just trained on; the next step's loss uses the updated c and the updated flag. So step k uses
     alpha_k = c_k * 1{e_{k-1} < tgt} where c_k already includes e_{k-1}'s update ("update, then use"):
@@ -41,46 +42,24 @@ from __future__ import annotations
 import torch
 
 
-def aggregate(
-    loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: float | None = None, num_tokens: float | None = None,
-    budget: float | None = None,
-):
-    """grpo.aggregate plus C3PO's "budget" mode (1/budget * sum_i sum_t m_it l_it); see grpo.py / c3po.py."""
-    mask = mask.to(loss_tok.dtype)
-    if mode == "budget":
-        if budget is None or budget <= 0:
-            raise ValueError(f"loss_agg='budget' needs the token budget Phi > 0, got {budget}")
-        return (loss_tok * mask).sum() / budget
-    if mode == "token-mean":
-        denom = num_tokens if num_tokens is not None else mask.sum().clamp(min=1)
-        return (loss_tok * mask).sum() / denom
-    per_seq = (loss_tok * mask).sum(-1)  # (N,)
-    if mode == "seq-mean-token-mean":
-        per_seq = per_seq / mask.sum(-1).clamp(min=1)
-    elif mode != "seq-mean-token-sum":
-        raise ValueError(f"unknown loss aggregation {mode!r}")
-    denom = num_seqs if num_seqs is not None else (mask.sum(-1) > 0).sum().clamp(min=1)  # non-empty rows
-    return per_seq.sum() / denom
+def entropy_loss(entropy, mask, coef: float, aggregate, loss_agg: str = "token-mean", num_seqs=None, num_tokens=None,
+                 **budget):
+    """-coef * H, aggregated as the policy loss is; add it to the loss being minimised (entropy (N, T), mask (N, T)).
 
-
-def entropy_loss(entropy, mask, coef: float = 5e-4, loss_agg: str = "token-mean", num_seqs=None, num_tokens=None,
-                 budget=None):
-    """-coef * H, aggregated like the policy loss; add it to the loss being minimised (entropy (N, T), mask (N, T)).
-
-    coef: Ring-lite's static alpha = 5e-4, or AdaptiveEntropy.step(e). Returns (term, metrics dict of floats).
+    coef: Ring-lite's static alpha = 5e-4, or Skywork-OR1's alpha_k (AdaptiveEntropy.coef). aggregate: the run's idea
+    file's (grpo.aggregate; c3po.aggregate, whose "budget" mode takes budget=Phi), with the policy loss's loss_agg and
+    denominators, so both terms scale alike.
     """
-    h = aggregate(entropy, mask, loss_agg, num_seqs, num_tokens, budget)
-    m = mask.bool()
-    return -coef * h, {"entropy": (entropy[m].mean().item() if m.any() else 0.0), "entropy_coef": coef}
+    return -coef * aggregate(entropy, mask, loss_agg, num_seqs, num_tokens, **budget)
 
 
 class AdaptiveEntropy:
     """Skywork-OR1's controller (Eq. 3.2): the bonus switches on only below `target`, with a coefficient that ramps.
 
-    Each training step, before the loss: `e = ctrl.estimate()`, then `alpha = ctrl.step(e)` (alpha 0 while e is
-    None), then add entropy_loss(entropy, mask, alpha, ...) to the policy loss. e is the sampled-token NLL of the
-    tokens handed to `observe`: this step's rollout before its update (timing="paper") or the previous step's, during
-    its update (timing="code").
+    One call per training step, before the update: `alpha, metrics = ctrl.coef(this_rollout, reduce)`, then
+    entropy_loss(entropy, mask, alpha, ...) joins the policy loss. The controller keeps its estimate e and its timing:
+    timing="paper" takes e_k from this step's rollout under pi_old (`this_rollout()`: its sampled tokens' log-probs,
+    one extra forward pass); timing="code" takes e_{k-1}, the tokens handed to `observe` during the previous update.
     """
 
     def __init__(self, target: float = 0.2, delta: float = 1e-4, c0: float = 0.0, c_min: float = 0.0,
@@ -93,21 +72,33 @@ class AdaptiveEntropy:
         self.last_e, self.last_alpha, self.steps = None, 0.0, 0
         self.nll_sum, self.nll_tokens, self.e = 0.0, 0.0, None  # e's sums since the last estimate; the last e
 
-    def observe(self, logp: torch.Tensor, mask: torch.Tensor, before_update: bool) -> None:
-        """Add sampled tokens of a rollout to e's sums: log pi_old (N, T) of the tokens of mask (N, T). A step's
-        micro-batches (and, through estimate's `reduce`, processes) add up to the rollout's -mean log pi_old (its
-        code's `actor/entropy_loss`). timing="paper" takes the tokens observed before the update (before_update=True),
-        "code" those of the update's first pass over the rollout (before_update=False); the others are ignored."""
-        if before_update != (self.timing == "paper"):
-            return
+    def coef(self, this_rollout=list, reduce=None) -> tuple[float, dict]:
+        """alpha_k for this step's loss and the step's metrics. this_rollout() -> log pi_old of this rollout's sampled
+        tokens, (len_i,) per response: called under timing="paper" only. reduce sums [nll, tokens] over processes
+        (list -> list). No estimate (nothing observed yet): alpha 0, c does not move."""
+        if self.timing == "paper":
+            for logp in this_rollout():
+                self._add(logp, torch.ones_like(logp))
+        e = self.estimate(reduce)  # e_k (paper) or e_{k-1} (code)
+        if e is None:
+            return 0.0, {"policy/entropy_coef": 0.0}
+        return self.step(e), self.metrics()
+
+    def observe(self, logp: torch.Tensor, mask: torch.Tensor) -> None:
+        """timing="code": log pi_old (N, T) of the sampled tokens of mask (N, T) in the update's first pass over the
+        rollout, the next step's e (ignored under "paper"). A step's micro-batches (and, through `reduce`, processes)
+        add up to the rollout's -mean log pi_old (Skywork's code's `actor/entropy_loss`)."""
+        if self.timing == "code":
+            self._add(logp, mask)
+
+    def _add(self, logp: torch.Tensor, mask: torch.Tensor) -> None:
         m = mask.to(logp.dtype)
         self.nll_sum += -(logp * m).sum().item()
         self.nll_tokens += m.sum().item()
 
     def estimate(self, reduce=None) -> float | None:
-        """e = -mean log pi_old over the tokens observed since the last call; the sums then start over. `reduce` sums
-        [nll, tokens] over processes (list -> list). Nothing observed: "paper" gives None (alpha 0, c does not move);
-        "code" keeps the last e (a step whose update had no response to train on observed nothing)."""
+        """e = -mean log pi_old over the tokens observed since the last call; the sums then start over. Nothing
+        observed: "paper" gives None; "code" keeps the last e (a step whose update had no response observed nothing)."""
         sums = [self.nll_sum, self.nll_tokens]
         self.nll_sum, self.nll_tokens = 0.0, 0.0
         if reduce is not None:
@@ -150,4 +141,4 @@ class AdaptiveEntropy:
     def load_state_dict(self, state: dict):
         self.c, self.last_e = state["c"], state["last_e"]
         self.last_alpha, self.steps = state["last_alpha"], state["steps"]
-        self.nll_sum, self.nll_tokens, self.e = state.get("nll_sum", 0.0), state.get("nll_tokens", 0.0), state.get("e")
+        self.nll_sum, self.nll_tokens, self.e = state["nll_sum"], state["nll_tokens"], state["e"]

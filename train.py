@@ -120,8 +120,11 @@ def train(run: Run) -> list[dict]:
         # 4. group-relative advantages (Skywork's rejection sampling drops zero-advantage groups)
         adv = advantages(cfg, rollout)
 
-        # 5. mu optimizer updates over mini-batches of the rollout batch, then the engine takes the new weights
-        result = update(run, rollout, adv, step)
+        # 5. mu optimizer updates over mini-batches of the kept responses, then the engine takes the new weights
+        batch = kept_responses(run, rollout, adv)
+        alpha = entropy_coef(run, batch, rollout.metrics)  # Ring-lite's constant or Skywork-OR1's alpha_k (entropy.py)
+        result = update_policy(run, batch, alpha, step)
+        sync_engine(run)
 
         # 6. log, evaluate, checkpoint
         row = log_step(run, plan, rollout, result, t0, t_gen)
@@ -169,24 +172,10 @@ def advantages(cfg: Config, rollout: Rollout) -> Advantages:
 # ------------------------------------------------------------------------------------------------
 # Step 5: the policy update
 # ------------------------------------------------------------------------------------------------
-def update(run: Run, rollout: Rollout, adv: Advantages, step: int) -> Update:
-    """Step 5 on the kept responses: this step's entropy coefficient, mu optimizer updates, the engine's new weights."""
-    cfg, accelerator = run.cfg, run.accelerator
-    batch = kept_responses(run, rollout, adv)
-    alpha = entropy_coef(run, batch, rollout.metrics)  # Ring-lite's constant or Skywork-OR1's alpha_k
-    if cfg.vllm_sleep and hasattr(run.engine, "sleep"):  # colocated on one GPU: give training the KV-cache memory
-        run.engine.sleep()  # sync_weights / generate wake it up again
-    result = update_policy(run, batch, alpha, step)
-    weights = (GatheredWeights(run.model) if is_sharded(accelerator) and cfg.rollout == "vllm"
-               else accelerator.unwrap_model(run.model))
-    run.engine.sync_weights(lora.engine_view(weights, cfg) if cfg.lora_rank else weights)
-    return result
-
-
 def kept_responses(run: Run, rollout: Rollout, adv: Advantages) -> UpdateBatch:
     """What the update needs of each kept response: prompt and response ids, advantage, truncation, and with
     --tis-cap the log-probs it was sampled with (the engine's, vLLM; with --rollout-lag log pi_behav, the producer's)."""
-    G, kept = rollout.group_size, adv.keep.nonzero().flatten().tolist()
+    G, kept = rollout.group_size, adv.keep.nonzero().flatten().tolist()  # kept: response indices
     behav = None
     if run.cfg.tis_cap:
         behav = [(rollout.behav_logp or [c.logprobs for c in rollout.completions])[i] for i in kept]
@@ -196,122 +185,132 @@ def kept_responses(run: Run, rollout: Rollout, adv: Advantages) -> UpdateBatch:
 
 
 def entropy_coef(run: Run, batch: UpdateBatch, metrics: dict) -> float:
-    """This step's entropy coefficient: Ring-lite's constant, or Skywork-OR1's adaptive alpha_k (entropy.py).
-
-    --entropy-timing code (Skywork's released trainer updates its controller after the actor update): the controller
-    is fed the previous rollout's sampled-token NLL e_{k-1} (observed in that update: microbatch_loss), updates c,
-    then step k uses c_k * 1{e_{k-1} < tgt}; at step 0 there is no estimate and alpha_0 = 0 (c_0 = 0).
-    --entropy-timing paper (Eq. 3.2): e_k is this rollout's NLL under pi_old, observed here by one extra forward pass
-    over the kept responses (all processes' tokens), and alpha_k = c_k * 1{e_k <= tgt} is used before c_{k+1} is
-    computed. No kept response (rejection sampling): alpha 0, the controller does not move.
-    """
+    """This step's entropy coefficient: Ring-lite's constant (--entropy-coef), or Skywork-OR1's alpha_k from its
+    controller (entropy.AdaptiveEntropy, which keeps the estimate and its timing; --entropy-timing paper reads this
+    rollout's log pi_old: one extra forward pass over the kept responses). The controller's sums are over every
+    process; its metrics join the step's."""
     ctrl, accelerator = run.ent_ctrl, run.accelerator
     if ctrl is None:
         return run.cfg.entropy_coef
-    reduce = None
-    if ctrl.timing == "paper":
-        for logp in (old_logprobs(run.cfg, run.model, run.tok, batch.prompt_ids, batch.response_ids, accelerator.device)
-                     if len(batch) else []):
-            ctrl.observe(logp, torch.ones_like(logp), before_update=True)
-        reduce = lambda sums: accelerator.reduce(  # noqa: E731  over every process's kept responses
-            torch.tensor(sums, dtype=torch.float64).to(accelerator.device), "sum").tolist()
-    estimate = ctrl.estimate(reduce)  # e_k (paper) or e_{k-1} (code)
-    if estimate is None:
-        metrics["policy/entropy_coef"] = 0.0
-        return 0.0
-    alpha = ctrl.step(estimate)
-    metrics.update(ctrl.metrics())
+    alpha, ctrl_metrics = ctrl.coef(
+        lambda: old_logprobs(run.cfg, run.model, run.tok, batch.prompt_ids, batch.response_ids, accelerator.device)
+        if len(batch) else [],
+        lambda sums: accelerator.reduce(torch.tensor(sums, dtype=torch.float64).to(accelerator.device), "sum").tolist())
+    metrics.update(ctrl_metrics)
     return alpha
 
 
 def update_policy(run: Run, batch: UpdateBatch, alpha: float, step: int) -> Update:
-    """`epochs` passes over the batch, each split into batch_size / mini_batch_size mini-batches, one optimizer
-    update per mini-batch: the mini-batch's gradient (minibatch_gradient) -> clip -> step -> metrics.
+    """Step 5: mu = epochs x mini-batches optimizer updates over the kept responses, each on the gradient of one
+    mini-batch accumulated over its micro-batches: the masks -> the idea file's policy_loss (--algorithm) -> the entropy
+    bonus (alpha) -> backward; then clip -> step.
 
-    Every process makes the same number of updates (DDP needs it), even when filtering left it fewer responses than
-    the others. With mu > 1 updates, log pi_old is computed once, before the first. run: the trainer.setup.Run (or
-    anything with its cfg, accelerator, model, ref_model, optimizer, tok and ent_ctrl).
+    Normalisers are global (`normalisers`): each micro-batch's loss is divided by its mini-batch's counts summed over
+    processes, so accumulating micro-batches (and DDP's average over processes) gives the one-big-batch gradient exactly.
+    Every process runs the same updates, micro-batches and (FSDP) forwards: trainer.distributed.Lockstep. run: the
+    trainer.setup.Run (or anything with its cfg, accelerator, model, ref_model, optimizer, tok and ent_ctrl).
     """
-    cfg, accelerator, lockstep = run.cfg, run.accelerator, Lockstep(run)
-    n_minibatches = max(1, cfg.batch_size // cfg.mini_batch_size)  # per epoch, the same on every process
-    mu = cfg.epochs * n_minibatches
-    if accelerator.reduce(torch.tensor([float(len(batch))], device=accelerator.device), "sum").item() == 0:
-        return Update({"policy/updates": 0})  # Skywork: nothing survived rejection sampling anywhere: skip the update
-    if batch.behav_logp is not None and any(lp is None or len(lp) != len(r)
-                                            for lp, r in zip(batch.behav_logp, batch.response_ids)):
-        raise RuntimeError("--tis-cap: the rollout engine returned no log-probs for a response")
-    if mu > 1:  # log pi_old before the first update (with mu == 1 it is logp.detach(): the ratio is 1)
-        lockstep.forwards(-(-len(batch) // cfg.micro_batch_size))
-        batch.old_logp = old_logprobs(cfg, run.model, run.tok, batch.prompt_ids, batch.response_ids, accelerator.device)
-    shuffle = torch.Generator().manual_seed(cfg.seed * 100003 + step)
-    log = UpdateLog()
-    for epoch in range(cfg.epochs):
-        order = torch.randperm(len(batch), generator=shuffle).tolist() if mu > 1 else list(range(len(batch)))
-        for minibatch in [c.tolist() for c in torch.tensor(order, dtype=torch.long).tensor_split(n_minibatches)]:
-            stats, budget_metrics = minibatch_gradient(run, batch, minibatch, alpha, first_epoch=epoch == 0)
-            grad_norm = accelerator.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
-            for group in run.optimizer.param_groups:  # linear warm-up over the first --warmup-steps updates
-                group["lr"] = cfg.lr * min(1.0, (step * mu + log.updates + 1) / max(1, cfg.warmup_steps))
-            run.optimizer.step()
-            run.optimizer.zero_grad(set_to_none=True)
-            log.add(stats, float(grad_norm), budget_metrics)
+    cfg, accelerator, algo, lockstep = run.cfg, run.accelerator, algorithm(run.cfg), Lockstep(run)
+    if not start_update(run, batch, lockstep):  # no process has a response (Skywork's rejection sampling): no update
+        return Update({"policy/updates": 0})
+    settings, log = loss_settings(cfg, accelerator.num_processes), UpdateLog()
+    agg = {k: v for k, v in settings.items() if k in ("loss_agg", "budget")}  # the entropy term's: the policy loss's
+    for epoch, minibatch in minibatches(cfg, len(batch), step):
+        budget_tokens, budget_metrics = token_budget(cfg, batch, minibatch, accelerator.num_processes)  # C3PO, or None
+        norms = normalisers(run, batch, minibatch, budget_tokens)  # num_seqs, num_tokens of the mini-batch
+        micro_batches = lockstep.micro_batches(split_micro(minibatch, batch.prompt_ids, batch.response_ids,
+                                                           cfg.micro_batch_size, cfg.micro_batch_tokens))
+        stats = []
+        for k, micro in enumerate(micro_batches):  # gradients accumulate; DDP all-reduces once, on the last
+            with accelerator.no_sync(run.model) if k < len(micro_batches) - 1 else contextlib.nullcontext():
+                if not micro:  # no responses here this update: a zero loss still joins the gradient all-reduce
+                    lockstep.empty_backward()
+                    continue
+                rows = make_batch(run.tok, [batch.prompt_ids[i] for i in micro], [batch.response_ids[i] for i in micro],
+                                  accelerator.device)
+                mask = rows.mask  # (n, R)
+                if cfg.overlong_filter:  # DAPO Sec. 3.4: truncated responses leave the loss (not the group stats)
+                    mask = dapo.overlong_mask(mask, [batch.truncated[i] for i in micro])
+                if budget_tokens is not None:  # C3PO: the first budget_tokens[i] tokens of each selected response
+                    mask = c3po.budget_mask(mask, budget_tokens[micro])
+                mb = micro_batch(batch, micro, rows, mask)
+                logp, ent = response_logprobs(run.model, rows, cfg.temperature, with_entropy=True,
+                                              chunk_size=cfg.logprob_chunk)  # (n, R) each
+                old, ref, tis, tis_stats = loss_inputs(run, mb, logp)  # log pi_old, log pi_ref, truncated-IS weights
+                if epoch == 0 and run.ent_ctrl is not None:  # Skywork, code timing: the next step's estimate
+                    run.ent_ctrl.observe(old, rows.mask)
+                loss, m = algo.policy_loss(logp, old, mb.advantages, mask, ref, token_weights=tis, **norms, **settings)
+                if alpha:  # Ring-lite's / Skywork-OR1's entropy bonus, aggregated as the policy loss is
+                    loss = loss + entropy.entropy_loss(ent, mask, alpha, algo.aggregate, **norms, **agg)
+                accelerator.backward(loss)
+            stats.append({"loss": loss.item(), **m, **token_sums(ent, mask), **tis_stats})
+        grad_norm = accelerator.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
+        warm_up(run, step * n_updates(cfg) + log.updates)
+        run.optimizer.step()
+        run.optimizer.zero_grad(set_to_none=True)
+        log.add(stats, float(grad_norm), budget_metrics)
     return log.result(accelerator, run.optimizer, alpha)
 
 
-def minibatch_gradient(run: Run, batch: UpdateBatch, minibatch: list[int], alpha: float, first_epoch: bool):
-    """The gradient of one mini-batch (response indices), accumulated over its micro-batches; their statistics, and
-    C3PO's metrics (or None).
-
-    Normalisers are global: a mini-batch's sequence and token counts are summed over its micro-batches and over
-    processes, and each micro-batch loss is divided by them (times the world size, because DDP averages gradients
-    over processes). Gradient accumulation therefore reproduces the one-big-batch gradient exactly.
-    """
-    cfg, accelerator, world = run.cfg, run.accelerator, run.accelerator.num_processes
-    # (a) the tokens that count, and the mini-batch's global normalisers
-    n_tok, kept, budget_metrics = tokens_that_count(cfg, batch, minibatch, world)
-    n_seq = float(sum(n > 0 for n in n_tok))  # non-empty responses (grpo.aggregate; verl 1dda039's trainer counts all)
-    counts = accelerator.reduce(torch.tensor([n_seq, float(sum(n_tok))], device=accelerator.device), "sum").cpu() / world
-    norms = (max(counts[0].item(), 1e-9), max(counts[1].item(), 1e-9))  # (num_seqs, num_tokens)
-    # (b) the loss of each micro-batch, gradients accumulated (DDP all-reduces once, on the last)
-    lockstep = Lockstep(run)
-    micro_batches = lockstep.micro_batches(split_micro(minibatch, batch.prompt_ids, batch.response_ids, cfg.micro_batch_size,
-                                                   cfg.micro_batch_tokens))
-    stats = []
-    for k, micro in enumerate(micro_batches):
-        with accelerator.no_sync(run.model) if k < len(micro_batches) - 1 else contextlib.nullcontext():
-            if not micro:  # no responses here this update: a zero loss still joins the gradient all-reduce
-                lockstep.empty_backward()
-                continue
-            rows = make_batch(run.tok, [batch.prompt_ids[i] for i in micro], [batch.response_ids[i] for i in micro],
-                              accelerator.device)
-            mask = rows.mask  # (n, R)
-            if cfg.overlong_filter:  # DAPO Sec. 3.4: truncated responses leave the loss (not the group stats)
-                mask = dapo.overlong_mask(mask, [batch.truncated[i] for i in micro])
-            if kept is not None:  # C3PO: the first kept_i tokens of each selected response
-                mask = c3po.budget_mask(mask, kept[[minibatch.index(i) for i in micro]])
-            loss, s = microbatch_loss(run, micro_batch(batch, micro, rows, mask), alpha, norms, first_epoch)
-            accelerator.backward(loss)
-        stats.append(s)
-    return stats, budget_metrics
+def n_updates(cfg: Config) -> int:
+    """mu: optimizer updates per rollout batch, epochs x batch_size / mini_batch_size (the same on every process)."""
+    return cfg.epochs * max(1, cfg.batch_size // cfg.mini_batch_size)
 
 
-def tokens_that_count(cfg: Config, batch: UpdateBatch, minibatch: list[int], world: int):
-    """Per response of a mini-batch, how many of its tokens enter the loss; C3PO's selection (or None) and metrics.
+def start_update(run: Run, batch: UpdateBatch, lockstep: Lockstep) -> bool:
+    """Before the first update: colocated vLLM sleeps (training takes its KV-cache memory; sync_weights wakes it);
+    False when no process has a response to train on; with mu > 1, log pi_old of every response, once (with mu = 1 it
+    is logp.detach(): the ratio is 1)."""
+    cfg, accelerator = run.cfg, run.accelerator
+    if cfg.vllm_sleep and hasattr(run.engine, "sleep"):
+        run.engine.sleep()
+    if accelerator.reduce(torch.tensor([float(len(batch))], device=accelerator.device), "sum").item() == 0:
+        return False
+    if batch.behav_logp is not None and any(lp is None or len(lp) != len(r)
+                                            for lp, r in zip(batch.behav_logp, batch.response_ids)):
+        raise RuntimeError("--tis-cap: the rollout engine returned no log-probs for a response")
+    if n_updates(cfg) > 1:
+        lockstep.forwards(-(-len(batch) // cfg.micro_batch_size))
+        batch.old_logp = old_logprobs(cfg, run.model, run.tok, batch.prompt_ids, batch.response_ids, accelerator.device)
+    return True
 
-    C3PO (c3po.budget_select): a greedy selection of exactly Phi tokens (c3po.process_budget: Phi / world per
-    process) in rollout order. DAPO's overlong filter: truncated responses contribute none (dapo.overlong_mask zeroes
-    them; they stay in the group statistics).
-    """
-    lens = [len(batch.response_ids[i]) for i in minibatch]
-    kept, metrics = None, None
-    if cfg.token_budget:
-        budget = c3po.process_budget(cfg.token_budget, world)  # Phi / W, refused at set-up unless W divides Phi
-        kept = c3po.budget_select(lens, budget) if minibatch else torch.zeros(0, dtype=torch.long)
-        metrics = c3po.budget_metrics(lens, kept, budget) if minibatch else None
-    n_tok = lens if kept is None else kept.tolist()
+
+def minibatches(cfg: Config, n: int, step: int):
+    """(epoch, response indices) of each optimizer update: --epochs passes over the n responses, each cut into
+    batch_size / mini_batch_size mini-batches, in an order shuffled per step when mu > 1 (rollout order otherwise)."""
+    shuffle = torch.Generator().manual_seed(cfg.seed * 100003 + step)
+    for epoch in range(cfg.epochs):
+        order = torch.randperm(n, generator=shuffle).tolist() if n_updates(cfg) > 1 else list(range(n))
+        for chunk in torch.tensor(order, dtype=torch.long).tensor_split(max(1, cfg.batch_size // cfg.mini_batch_size)):
+            yield epoch, chunk.tolist()
+
+
+def token_budget(cfg: Config, batch: UpdateBatch, minibatch: list[int], world: int):
+    """C3PO (c3po.budget_select): per response of the batch, how many of its first tokens a mini-batch's budget
+    selects (Phi / world on each process, c3po.process_budget; greedily in rollout order; 0 outside the mini-batch),
+    and c3po.budget_metrics; (None, None) without --token-budget."""
+    if not cfg.token_budget:
+        return None, None
+    budget_tokens = torch.zeros(len(batch), dtype=torch.long)
+    if not minibatch:
+        return budget_tokens, None
+    budget, lens = c3po.process_budget(cfg.token_budget, world), [len(batch.response_ids[i]) for i in minibatch]
+    selected = c3po.budget_select(lens, budget)  # (len(minibatch),) in rollout order
+    budget_tokens[minibatch] = selected
+    return budget_tokens, c3po.budget_metrics(lens, selected, budget)
+
+
+def normalisers(run: Run, batch: UpdateBatch, minibatch: list[int], budget_tokens) -> dict:
+    """The policy loss's num_seqs and num_tokens for a mini-batch: its responses with a token in the loss and those
+    tokens (C3PO's selection; none of a truncated response under DAPO's overlong filter), summed over processes and
+    divided by the world size (DDP averages the processes' gradients). Non-empty responses only: grpo.aggregate."""
+    cfg, accelerator = run.cfg, run.accelerator
+    n_tok = [len(batch.response_ids[i]) if budget_tokens is None else int(budget_tokens[i]) for i in minibatch]
     if cfg.overlong_filter:
         n_tok = [0 if batch.truncated[i] else n for n, i in zip(n_tok, minibatch)]
-    return n_tok, kept, metrics
+    counts = accelerator.reduce(torch.tensor([float(sum(n > 0 for n in n_tok)), float(sum(n_tok))],
+                                             device=accelerator.device), "sum").cpu() / accelerator.num_processes
+    return {"num_seqs": max(counts[0].item(), 1e-9), "num_tokens": max(counts[1].item(), 1e-9)}
 
 
 def micro_batch(batch: UpdateBatch, micro: list[int], rows, mask) -> MicroBatch:
@@ -322,38 +321,31 @@ def micro_batch(batch: UpdateBatch, micro: list[int], rows, mask) -> MicroBatch:
                       pad_rows([batch.behav_logp[i] for i in micro], R, device) if batch.behav_logp is not None else None)
 
 
-def microbatch_loss(run: Run, micro: MicroBatch, alpha: float, norms: tuple, first_epoch: bool = False):
-    """The loss of one micro-batch: the run's idea file's policy_loss (--algorithm), + entropy.py's bonus.
-
-    micro: a trainer.batches.MicroBatch (old_logp None on-policy: ratio 1, the gradient is REINFORCE's; behav_logp
-    the sampling log-probs for truncated IS, --tis-cap, or None); norms the mini-batch's global (num_seqs,
-    num_tokens). In the first epoch the sampled tokens' log pi_old go to Skywork's controller (entropy.py: the next
-    step's estimate, code timing). Returns the loss to backward and its statistics.
-    """
-    cfg, rows = run.cfg, micro.rows
-    logp, ent = response_logprobs(run.model, rows, cfg.temperature, with_entropy=True, chunk_size=cfg.logprob_chunk)  # (n, R)
+def loss_inputs(run: Run, micro: MicroBatch, logp: torch.Tensor):
+    """What the idea file's policy_loss takes beside logp (n, R): log pi_old (logp.detach() on-policy: the ratio is 1,
+    the gradient REINFORCE's), log pi_ref (--kl-coef; else None), and with --tis-cap the truncated-IS weights of
+    engine vs trainer (async_rollout.tis_weights) and their statistics {"tis": ...} (trainer.metrics.TIS_SUMS)."""
+    cfg = run.cfg
     old = logp.detach() if micro.old_logp is None else micro.old_logp
-    if first_epoch and run.ent_ctrl is not None:
-        run.ent_ctrl.observe(old, rows.mask, before_update=False)
     ref = None
     if run.ref_model is not None:
         with torch.no_grad():
-            ref = response_logprobs(run.ref_model, rows, cfg.temperature, chunk_size=cfg.logprob_chunk)[0]
-    tis = (async_rollout.tis_weights(old, micro.behav_logp, micro.mask, cfg.tis_cap, cfg.tis_mode)
-           if micro.behav_logp is not None else None)
-    settings, (num_seqs, num_tokens) = loss_settings(cfg, run.accelerator.num_processes), norms
-    loss, m = algorithm(cfg).policy_loss(logp, old, micro.advantages, micro.mask, ref, num_seqs=num_seqs,
-                                         num_tokens=num_tokens, token_weights=tis, **settings)
-    if alpha:
-        agg = {k: settings[k] for k in ("loss_agg", "budget") if k in settings}
-        eterm, _ = entropy.entropy_loss(ent, micro.mask, alpha, num_seqs=num_seqs, num_tokens=num_tokens, **agg)
-        loss = loss + eterm
-    mask = micro.mask
-    stats = {"loss": loss.item(), **m, "entropy_sum": (ent * mask).sum().item(), "tokens": mask.sum().item(),
-             "seqs": (mask.sum(-1) > 0).sum().item()}
-    if tis is not None:  # truncated IS: engine (behaviour) vs trainer's pi_old, per token (trainer.metrics.TIS_SUMS)
-        stats["tis"] = async_rollout.tis_stats(tis, old, micro.behav_logp, mask, cfg.tis_cap, cfg.tis_mode)
-    return loss, stats
+            ref = response_logprobs(run.ref_model, micro.rows, cfg.temperature, chunk_size=cfg.logprob_chunk)[0]
+    if micro.behav_logp is None:
+        return old, ref, None, {}
+    tis = async_rollout.tis_weights(old, micro.behav_logp, micro.mask, cfg.tis_cap, cfg.tis_mode)
+    return old, ref, tis, {"tis": async_rollout.tis_stats(tis, old, micro.behav_logp, micro.mask, cfg.tis_cap, cfg.tis_mode)}
+
+
+def token_sums(ent: torch.Tensor, mask: torch.Tensor) -> dict:
+    """A micro-batch's entropy sum, tokens and non-empty responses in the loss (trainer.metrics.UpdateLog's weights)."""
+    return {"entropy_sum": (ent * mask).sum().item(), "tokens": mask.sum().item(), "seqs": (mask.sum(-1) > 0).sum().item()}
+
+
+def warm_up(run: Run, update: int) -> None:
+    """Linear learning-rate warm-up over the first --warmup-steps optimizer updates (`update`: 0-based, over the run)."""
+    for group in run.optimizer.param_groups:
+        group["lr"] = run.cfg.lr * min(1.0, (update + 1) / max(1, run.cfg.warmup_steps))
 
 
 def loss_settings(cfg: Config, world: int = 1) -> dict:
@@ -362,6 +354,14 @@ def loss_settings(cfg: Config, world: int = 1) -> dict:
     agg = (dict(loss_agg="budget", budget=float(c3po.process_budget(cfg.token_budget, world))) if cfg.token_budget
            else dict(loss_agg=cfg.loss_agg))
     return dict(clip_low=cfg.clip_low, clip_high=cfg.clip_high, kl_coef=cfg.kl_coef, dual_clip_c=cfg.dual_clip, **agg)
+
+
+def sync_engine(run: Run) -> None:
+    """The rollout engine takes the updated weights (FSDP with vLLM: gathered to full tensors; LoRA: the engine's view)."""
+    cfg, accelerator = run.cfg, run.accelerator
+    weights = (GatheredWeights(run.model) if is_sharded(accelerator) and cfg.rollout == "vllm"
+               else accelerator.unwrap_model(run.model))
+    run.engine.sync_weights(lora.engine_view(weights, cfg) if cfg.lora_rank else weights)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -196,21 +196,23 @@ def _decoupled_case():
 
 
 @pytest.mark.parametrize("key", sorted(HAND))
-def test_decoupled_loss_options_by_hand(key, monkeypatch):
-    """train.microbatch_loss with --tis-mode / --dual-clip / --loss-agg on hand-made log-probs: the float64 loss is
+def test_decoupled_loss_options_by_hand(key):
+    """train.update_policy's loss (loss_inputs, loss_settings, the idea file's policy_loss) with --tis-mode /
+    --dual-clip / --loss-agg on hand-made log-probs: the float64 loss is
     the hand-computed one, and verl's seq-mean-token-mean gives the same: its rows are divided by count + 1e-8, but
     the count of verl's bool mask is int64 and int64 + 1e-8 is a float32 that rounds back to the count."""
     tis_mode, dual, agg = key
     prox, theta, behav, mask, adv = _decoupled_case()
     theta = theta.clone().requires_grad_(True)
-    monkeypatch.setattr(train, "response_logprobs", lambda model, batch, *a, **k: (theta, torch.zeros_like(theta)))
     cfg = config.parse_config(["--rollout-lag", "1", "--tis-mode", tis_mode, "--dual-clip", str(dual), "--loss-agg", agg,
                               "--clip-low", "0.2", "--clip-high", "0.28"])
     assert cfg.tis_cap == 2.0
     rows = batches.Batch(None, None, None, None, mask, 0)
-    learner = types.SimpleNamespace(cfg=cfg, model=None, ref_model=None, ent_ctrl=None,
-                                    accelerator=types.SimpleNamespace(num_processes=1))
-    loss, stats = train.microbatch_loss(learner, batches.MicroBatch(rows, adv, mask, prox, behav), 0.0, (2.0, 5.0))
+    learner = types.SimpleNamespace(cfg=cfg, ref_model=None)
+    old, ref, tis, stats = train.loss_inputs(learner, batches.MicroBatch(rows, adv, mask, prox, behav), theta)
+    loss, m = train.algorithm(cfg).policy_loss(theta, old, adv, mask, ref, token_weights=tis, num_seqs=2.0, num_tokens=5.0,
+                                               **train.loss_settings(cfg))
+    stats.update(m)
     assert loss.dtype == torch.float64 and loss.item() == pytest.approx(HAND[key], abs=1e-12)
     if agg == "seq-mean-token-mean":  # verl's agg_loss (1dda039): token sums / (count + 1e-8), count of a bool mask
         sums = torch.tensor(ROW_SUMS[(tis_mode, dual)], dtype=torch.float64)

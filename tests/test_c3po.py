@@ -108,25 +108,25 @@ def test_budget_metrics():
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])
-def test_microbatch_loss_divides_by_the_per_process_budget(world, monkeypatch):
-    """train.microbatch_loss with --token-budget Phi on W processes divides by Phi / W (DDP's all-reduce averages the
-    W gradients, so the sum over processes is the 1/Phi loss); a fake world size, no processes launched. Ratio 1
+def test_loss_divides_by_the_per_process_budget(world):
+    """train.update_policy's loss with --token-budget Phi on W processes divides by Phi / W (DDP's all-reduce averages
+    the W gradients, so the sum over processes is the 1/Phi loss); a fake world size, no processes launched. Ratio 1
     (on-policy), no KL: the loss is sum of -A over the kept tokens / (Phi / W), by hand."""
     import config
     import train
     from trainer import batches
 
     logp = torch.log(torch.tensor([[0.5, 0.25, 0.4], [0.2, 0.3, 0.9]], dtype=torch.float64)).requires_grad_()
-    monkeypatch.setattr(train, "response_logprobs", lambda model, batch, *a, **k: (logp, torch.zeros_like(logp)))
     cfg = config.parse_config(["--recipe", "c3po", "--token-budget", "8", "--kl-coef", "0", "--entropy-coef", "0"])
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.float64)  # 3 and 2 kept tokens
     adv = torch.tensor([1.0, -2.0], dtype=torch.float64)
     import types
 
     rows = batches.Batch(None, None, None, None, mask, 0)
-    learner = types.SimpleNamespace(cfg=cfg, model=None, ref_model=None, ent_ctrl=None,
-                                    accelerator=types.SimpleNamespace(num_processes=world))
-    loss, _ = train.microbatch_loss(learner, batches.MicroBatch(rows, adv, mask, None, None), 0.0, (2.0, 5.0))
+    learner = types.SimpleNamespace(cfg=cfg, ref_model=None)
+    old, ref, tis, _ = train.loss_inputs(learner, batches.MicroBatch(rows, adv, mask, None, None), logp)
+    loss, _ = train.algorithm(cfg).policy_loss(logp, old, adv, mask, ref, token_weights=tis, num_seqs=2.0, num_tokens=5.0,
+                                               **train.loss_settings(cfg, world))
     assert loss.item() == pytest.approx((-1.0 * 3 + 2.0 * 2) / (8 / world), abs=1e-12)  # 1 / (8 / W)
 
 

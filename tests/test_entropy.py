@@ -17,49 +17,49 @@ import entropy
 import grpo
 
 
-def test_aggregate_matches_grpo_for_its_modes():
-    g = torch.Generator().manual_seed(0)
-    lt, mask = torch.rand(3, 4, generator=g), (torch.arange(4) < torch.tensor([[4], [1], [2]])).float()
-    for mode in grpo.LOSS_AGG:
-        assert torch.equal(entropy.aggregate(lt, mask, mode), grpo.aggregate(lt, mask, mode))
-        assert torch.equal(entropy.aggregate(lt, mask, mode, 7, 9), grpo.aggregate(lt, mask, mode, 7, 9))
-
-
 def test_entropy_loss_hand_values_and_sign():
+    """-coef * H through the idea file's aggregate (grpo.aggregate; c3po.aggregate for C3PO's budget)."""
+    import c3po
+
     ent = torch.tensor([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]], requires_grad=True)
     mask = torch.tensor([[1.0, 1, 1], [1, 0, 0]])
-    term, m = entropy.entropy_loss(ent, mask, coef=0.5)  # token-mean: -0.5 * (1+2+3+4)/4
-    assert term.item() == pytest.approx(-1.25) and m["entropy"] == pytest.approx(2.5)
+    term = entropy.entropy_loss(ent, mask, 0.5, grpo.aggregate)  # token-mean: -0.5 * (1+2+3+4)/4
+    assert term.item() == pytest.approx(-1.25)
     assert (torch.autograd.grad(term, ent)[0][mask.bool()] < 0).all()  # minimising raises entropy: a bonus
-    seq, _ = entropy.entropy_loss(ent, mask, coef=0.5, loss_agg="seq-mean-token-mean")  # -0.5 * (2 + 4)/2
+    seq = entropy.entropy_loss(ent, mask, 0.5, grpo.aggregate, loss_agg="seq-mean-token-mean")  # -0.5 * (2 + 4)/2
     assert seq.item() == pytest.approx(-1.5)
-    bud, _ = entropy.entropy_loss(ent, mask, coef=0.5, loss_agg="budget", budget=20)  # -0.5 * 10/20
+    bud = entropy.entropy_loss(ent, mask, 0.5, c3po.aggregate, loss_agg="budget", budget=20)  # -0.5 * 10/20
     assert bud.item() == pytest.approx(-0.25)
-    tok, _ = entropy.entropy_loss(ent, mask, coef=0.5, num_tokens=8)  # the policy loss's mini-batch count
+    tok = entropy.entropy_loss(ent, mask, 0.5, grpo.aggregate, num_tokens=8)  # the policy loss's mini-batch count
     assert tok.item() == pytest.approx(-0.5 * 10 / 8)
 
 
 def test_estimate_hand_values_and_nll_estimates_entropy():
     """e = -mean log pi_old over the observed tokens: micro-batches (and processes, through `reduce`) add up to the
-    rollout's mean; each timing takes only its own calls (paper: before the update, code: during it)."""
+    rollout's mean; each timing takes only its own tokens (paper: coef's this_rollout, code: observe)."""
     logp = torch.tensor([[-0.5, -1.5], [-2.0, -9.0]])
     mask = torch.tensor([[1.0, 1], [1, 0]])
-    for timing, before in (("paper", True), ("code", False)):
-        ctrl = entropy.AdaptiveEntropy(timing=timing)
-        ctrl.observe(logp[:1], mask[:1], before_update=before)  # two micro-batches of one rollout
-        ctrl.observe(logp[1:], mask[1:], before_update=before)
-        ctrl.observe(logp, mask, before_update=not before)  # the other timing's call: ignored
-        assert ctrl.estimate() == pytest.approx(4.0 / 3)
+    rollout = [torch.tensor([-0.5, -1.5]), torch.tensor([-2.0])]  # the same tokens, (len_i,) per response
+    for timing in ("paper", "code"):
+        ctrl = entropy.AdaptiveEntropy(timing=timing, target=10.0)
+        ctrl.observe(logp[:1], mask[:1])  # two micro-batches of one rollout (code timing; ignored under paper)
+        ctrl.observe(logp[1:], mask[1:])
+        alpha, m = ctrl.coef(lambda: rollout)
+        assert m["policy/entropy_estimate"] == pytest.approx(4.0 / 3)
+        assert alpha == (1e-4 if timing == "code" else 0.0)  # code: c updated, then used; paper: c_0 = 0 used
         assert ctrl.estimate(reduce=lambda sums: [2 * x for x in sums]) == (None if timing == "paper" else pytest.approx(4.0 / 3))
-        ctrl.observe(logp, mask, before_update=before)
-        assert ctrl.estimate(reduce=lambda sums: [sums[0] + 1.0, sums[1] + 1.0]) == pytest.approx(5.0 / 4)  # another process
+        ctrl.observe(logp, mask)
+        alpha, m = ctrl.coef(lambda: rollout, reduce=lambda sums: [sums[0] + 1.0, sums[1] + 1.0])  # another process
+        assert m["policy/entropy_estimate"] == pytest.approx(5.0 / 4)
+        assert alpha == pytest.approx(2e-4 if timing == "code" else 1e-4)
+    assert entropy.AdaptiveEntropy(timing="code").coef() == (0.0, {"policy/entropy_coef": 0.0})  # nothing observed yet
     # at tau = 1, E_y~pi[-log pi(y)] = H(pi): the code's NLL estimate and the full-vocabulary entropy agree on average
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(1, 1, 6, generator=g) * 2
     y = torch.multinomial(torch.softmax(logits[0, 0], -1), 40000, replacement=True, generator=g)
     logp_y, ent = grpo.token_logprobs(logits.expand(1, 40000, 6), y.view(1, -1), with_entropy=True)
-    ctrl = entropy.AdaptiveEntropy()
-    ctrl.observe(logp_y, torch.ones_like(logp_y), before_update=True)
+    ctrl = entropy.AdaptiveEntropy(timing="code")
+    ctrl.observe(logp_y, torch.ones_like(logp_y))
     assert ctrl.estimate() == pytest.approx(ent[0, 0].item(), abs=0.03)
 
 

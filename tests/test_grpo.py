@@ -124,12 +124,11 @@ def test_fully_masked_rows_leave_the_sequence_mean(mode):
     # row 1 is fully masked (overlong filter): the mean is over rows 0 and 2, not over 3 rows (TRL; verl's trainer)
     import c3po
     import dapo
-    import entropy
 
     loss = torch.tensor([[1.0, 3.0, 0.0], [5.0, 5.0, 5.0], [2.0, 2.0, 2.0]], dtype=torch.float64)
     mask = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 1, 1]])
     want = {"seq-mean-token-mean": (2.0 + 2.0) / 2, "seq-mean-token-sum": (4.0 + 6.0) / 2}[mode]
-    for agg in (grpo.aggregate, dapo.aggregate, entropy.aggregate, c3po.aggregate):
+    for agg in (grpo.aggregate, dapo.aggregate, c3po.aggregate):
         assert agg(loss, mask, mode).item() == want
         assert agg(loss, mask, mode).item() == agg(loss[[0, 2]], mask[[0, 2]], mode).item()  # = dropping the row
         assert agg(loss, torch.zeros_like(mask), mode).item() == 0.0  # nothing in the loss: 0, not NaN
@@ -233,7 +232,7 @@ def _verl_agg_loss(loss_mat, loss_mask, loss_agg_mode, dp_size=1, global_batch_s
 
 
 def test_verl_sequence_mean_counts_every_row_of_a_split_mini_batch():
-    """grpo.py's module docstring: with no global batch size verl counts the non-empty rows, as the project does; its
+    """docs/peers.md (grpo.py:aggregate): with no global batch size verl counts the non-empty rows, as the project does; its
     trainer passes global_batch_size = every row of the mini-batch, so an emptied row stays in verl's divisor.
     Two rows, one emptied (the overlong filter), the other's token loss -1: verl -0.5, the project -1.0."""
     loss = torch.tensor([[-1.0, -1.0], [5.0, 5.0]], dtype=torch.float64)

@@ -269,7 +269,7 @@ def test_entropy_coefficient_wiring_follows_hand_trace(timing, monkeypatch):
     got = []
     for k[0] in range(len(NLLS)):
         got.append(train.entropy_coef(run_, batch, {}))
-        ctrl.observe(sampled().view(1, 1), torch.ones(1, 1), before_update=False)  # the update's pass (code timing)
+        ctrl.observe(sampled().view(1, 1), torch.ones(1, 1))  # the update's pass (code timing; paper ignores it)
     assert got == pytest.approx(TRACE[timing], abs=1e-12)
 
 
@@ -332,3 +332,15 @@ def test_all_correct_and_all_wrong_groups_by_hand():
     correct = [1, 1, 1, 0, 0, 0, 1, 0, 1, 1, 1, 1]  # G = 3: all right, all wrong, mixed, all right
     assert _all_correct_wrong(correct, 3) == (2, 1)
     assert _all_correct_wrong([True, False] * 2, 2) == (0, 0)
+
+
+def test_an_old_checkpoint_format_is_one_error_line(tmp_path):
+    """A checkpoint whose trainer_state.pt has an older layout (format 1: Skywork's estimate as a top-level last_nll)
+    is refused with one `error:` line naming its format (cli: exit code 2), before anything is restored."""
+    import types
+
+    from trainer import checkpoints
+
+    torch.save({"last_nll": 0.3, "entropy": {"c": 0.0}}, tmp_path / "trainer_state.pt")
+    with pytest.raises(SystemExit, match=r"^error: --resume .*: its trainer_state.pt is format 1; this train.py resumes format 2"):
+        checkpoints.restore(types.SimpleNamespace(), str(tmp_path), False)

@@ -20,7 +20,8 @@ class Batch(NamedTuple):
 
 
 class MicroBatch(NamedTuple):
-    """What one micro-batch's loss needs (train.microbatch_loss): its token rows and, per row, the rest (n rows)."""
+    """What one micro-batch's loss needs (train.update_policy, train.loss_inputs): its token rows and, per row, the
+    rest (n rows)."""
     rows: Batch  # the token rows the policy's forward reads
     advantages: torch.Tensor  # (n,) A_i
     mask: torch.Tensor  # (n, R) the tokens that count (DAPO's overlong filter, C3PO's budget applied)

@@ -13,11 +13,14 @@ from runs import save_checkpoint, set_rng_states
 from trainer.producer import pending_from, pending_state
 
 
+FORMAT = 2  # trainer_state.pt's layout; 1 kept Skywork's entropy estimate outside its controller (a top-level last_nll)
+
+
 def checkpoint(run, step: int, wall_time_s: float) -> None:
     """OUTPUT_DIR/checkpoint-STEP (runs.save_checkpoint: atomic), then only the newest --keep-checkpoints kept."""
     cfg = run.cfg
     save_checkpoint(os.path.join(cfg.output_dir, f"checkpoint-{step}"), run.accelerator, run.model, run.tok, run.optimizer,
-                    {"step": step, "samplers": [t.sampler.state_dict() for t in run.tasks], "history": run.history,
+                    {"format": FORMAT, "step": step, "samplers": [t.sampler.state_dict() for t in run.tasks], "history": run.history,
                      "evals": run.evals, "entropy": run.ent_ctrl.state_dict() if run.ent_ctrl else None,
                      "wall_time_s": wall_time_s, "config": dataclasses.asdict(cfg),
                      "pending": pending_state(run.producer.pending) if run.producer else None})  # --rollout-lag
@@ -29,6 +32,10 @@ def restore(run, ckpt: str, sharded: bool) -> None:
     """The optimizer, every process's RNG streams, the prompt samplers, the entropy controller and the history of the
     checkpoint `ckpt` (its weights were loaded with the model)."""
     state = torch.load(os.path.join(ckpt, "trainer_state.pt"), weights_only=False)
+    version = state.get("format", 1 if "last_nll" in state else FORMAT)
+    if version != FORMAT:
+        raise SystemExit(f"error: --resume {ckpt}: its trainer_state.pt is format {version}; this train.py resumes "
+                         f"format {FORMAT} (the train.py that wrote it resumes it)")
     if sharded:  # every process loads the full state and keeps its shards
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
@@ -39,8 +46,8 @@ def restore(run, ckpt: str, sharded: bool) -> None:
     set_rng_states(run.accelerator, state["rng"])
     for task, sampler_state in zip(run.tasks, state["samplers"]):
         task.sampler.load_state_dict(sampler_state)
-    if run.ent_ctrl is not None:  # a checkpoint from before the controller held its estimate has it as last_nll
-        run.ent_ctrl.load_state_dict({"e": state.get("last_nll"), **state["entropy"]})
+    if run.ent_ctrl is not None:
+        run.ent_ctrl.load_state_dict(state["entropy"])
     run.start_step, run.history, run.evals, run.wall_before = state["step"], state["history"], state["evals"], state["wall_time_s"]
     if run.producer is not None and state.get("pending") is not None:
         run.producer.put_back(pending_from(state["pending"]))  # generated before the checkpoint, by the previous weights

@@ -1,10 +1,10 @@
 """The records that pass between the loop's steps (train.py): what a step hands to the next, by name.
 
-    plan(run, step)      -> StepPlan   step 1's settings: the stage, its task (data, prompt order, reward), G, B, lengths
-    collect(run, plan)   -> Rollout    steps 1-3: B groups of G scored responses on this process
-    advantages(...)      -> Advantages step 4: A_i per response and the responses kept
-    kept_responses(...)  -> UpdateBatch step 5's input: what the update needs of each kept response
-    update_policy(...)   -> Update     step 5: the update's metrics
+    StepPlan     step 1's settings: the stage, its task (data, prompt order, reward), G, B, lengths (Run.plan)
+    Rollout      steps 1-3: B groups of G scored responses on this process (train.collect)
+    Advantages   step 4: A_i per response and the responses kept (train.advantages)
+    UpdateBatch  step 5's input: what the update needs of each kept response (train.kept_responses)
+    Update       step 5's result: the update's metrics (train.update_policy)
 """
 from __future__ import annotations
 

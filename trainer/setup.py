@@ -147,10 +147,10 @@ def check_context(model, max_new_tokens: int) -> None:
 def make_optimizer(params, cfg, device, sharded: bool = False) -> torch.optim.AdamW:
     """AdamW over `params` (lr, weight decay from cfg). On CUDA without FSDP: `fused=True`, the step in fused
     multi-tensor kernels instead of the default foreach step's separate ops and its fp32 sqrt(v) temporary per parameter
-    (docs/memory.md: 20 B/param at the step on an H100, FOREACH_ADAMW_B); the parameters reach the GPU later, in
-    accelerator.prepare, and the fused step checks their device when it runs (measured on an H100 by bench/gpu_check.py: at
-    Qwen2.5-0.5B shapes the update peaks at 7.96 GiB fused against 9.29 foreach, 1.5B 23.95 against 28.82, same speed). On the CPU and under FSDP (fused over sharded parameters is not
-    tested here) the call is torch's default, unchanged: the pinned CPU runs are bit for bit those of the default step."""
+    (docs/memory.md, bench/memory.py's FOREACH_ADAMW_B; both peaks measured by python bench/gpu_check.py); the parameters reach
+    the GPU later, in accelerator.prepare, and the fused step checks their device when it runs. On the CPU and under
+    FSDP (fused over sharded parameters is not tested here) the call is torch's default, unchanged: the pinned CPU runs
+    are bit for bit those of the default step."""
     fused = {"fused": True} if torch.device(device).type == "cuda" and not sharded else {}
     return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **fused)
 
@@ -226,6 +226,7 @@ def setup(cfg: Config) -> Run:
                                  gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, enable_sleep=cfg.vllm_sleep,
                                  lora_rank=cfg.lora_rank if cfg.lora_vllm_sync == "adapter" else 0,
                                  dtype=torch.bfloat16 if cfg.rollout_dtype == "bfloat16" else None, draw=cfg.draw)
+    # strict (at e = tgt: bonus off, c down) is Skywork's released code, like its timing: "code" takes both, "paper" neither
     ent_ctrl = entropy.AdaptiveEntropy(cfg.entropy_target, cfg.entropy_delta, c_max=cfg.entropy_max, timing=cfg.entropy_timing,
                                        strict=cfg.entropy_timing == "code") if cfg.adaptive_entropy else None
     run = Run(cfg, accelerator, model, tok, ref_model, optimizer, engine, ent_ctrl, make_tasks(cfg, stages, sets, tok), stages)
