@@ -1,39 +1,30 @@
 """C3PO: constrained contextual computation policy optimisation (Ring-lite, arXiv 2506.14731, Sec. 3.2, Eq. 2-3).
 
-Same functions, same order as grpo.py, so `diff grpo.py c3po.py` is C3PO's change list (marked `# C3PO change k`):
-  1) fixed training-token budget: exactly Phi response tokens per optimizer step, chosen greedily (Eq. 3, Fig. 3)
-  2) constant normaliser 1/Phi, loss_agg="budget" ("homogeneous gradient scaling", Sec. 3.2)
-  3) Ring-lite keeps a KL loss, beta = 1e-3, and a symmetric eps = 0.2 (Sec. 4.1)
-The paper's settings are `PAPER`, the flags `--recipe c3po` runs (config.RECIPES). The entropy term of Ring-lite's
-total loss (Eq. 6, alpha = 5e-4) lives in entropy.py. Tests: tests/test_c3po.py.
-
     L_C3PO(theta) = -E[ 1/Phi sum_{i in S} sum_t 1[y_it in Y] ( min(r_it A_i, clip(r_it, 1-eps, 1+eps) A_i)
                                                                - beta D_KL,it ) ]   s.t. |Y| = Phi          (Eq. 2)
     S = (y_1..y_n) from the step's responses B with sum_{j<n} |y_j| < Phi <= sum_{j<=n} |y_j|                (Eq. 3)
+    r_it     = pi_theta(o_it | q, o_i,<t) / pi_theta_old(o_it | q, o_i,<t)                       (importance ratio)
+    A_i      = (R_i - mean(R_1..R_G)) / (std(R_1..R_G) + delta)                       (group-relative advantage)
+    D_KL,it  = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1                             (k3 estimator, always >= 0)
 
-    paper             code                        shape
-    Phi               budget                      int       409,600 tokens per optimizer step in the paper
-    |y_i|             lengths                     (N,)      valid response tokens (mask row sums)
-    1[y_it in Y]      budget_mask(mask, kept)     (N, T)    the first kept_i response tokens of response i
+    paper             code                        shape     (B prompts, G samples each, N = B*G responses, T tokens)
+    R_i               rewards                     (N,)      grouped as consecutive runs of G
+    A_i               advantages                  (N,)      broadcast over the tokens of o_i
+    log pi_theta      logp                        (N, T)
+    log pi_theta_old  old_logp                    (N, T)
+    log pi_ref        ref_logp                    (N, T)
+    1[t < |o_i|]      mask                        (N, T)    1 on response tokens that count, 0 on pad
+    delta             eps                         float     1e-6, added to the std
+    beta              kl_coef                     float     PAPER's; 0 in every recipe but Ring-lite's (1e-3)
+    eps               clip_low (= clip_high)      float     0.2
+    Phi, 1[y_it in Y] budget, budget_mask(mask, kept)       409,600 tokens a step in the paper; the (N, T) indicator
     |S|, Y            kept                        (N,)      tokens of response i that count (0 = not selected)
-    eps               clip_low = clip_high        float     0.2
-    beta              kl_coef                     float     1e-3
-    (rest as grpo.py: R_i rewards (N,), A_i advantages (N,), logp/old_logp/ref_logp/mask (N, T))
 
-Where the paper is silent, and what this file chooses (Ring-lite released no RL code):
-  * Advantages are computed on the full groups BEFORE selection ("token truncation ... after advantage computation
-    but prior to gradient backpropagation", Fig. 3): the trainer calls group_advantages, then budget_select.
-  * Greedy order: rollout order, or a seeded shuffle (shuffle_seed). The last selected response is cut at token
-    level so that exactly Phi tokens count (|Y| = Phi with the indicator of Eq. 2). Unselected responses and the
-    cut-off tail are discarded, not carried to the next step.
-  * Fewer than Phi tokens available: every token counts and the loss is still divided by Phi, so the scale of a
-    token's gradient never depends on the batch.
-  * Phi is per optimizer step: call budget_select on the responses of one optimizer step (the whole rollout when
-    there is one step per rollout). The paper does not say how Phi relates to mini-batches, nor define its
-    "token-budgeted dynamic sampling"; filtering zero-advantage groups first (dapo.filter_groups) composes.
-  * Micro-batches each divide by the same Phi, so gradient accumulation sums to the exact 1/Phi loss; under DDP,
-    whose all-reduce averages over W processes, each process selects and divides by Phi / W (process_budget, which
-    refuses a Phi that W does not divide).
+`diff grpo.py c3po.py` is C3PO's change list (`# C3PO change k`); Ring-lite's entropy term (Eq. 6) is entropy.py's.
+Choices where the paper is silent (Ring-lite released no RL code):
+  * Advantages come from the full groups, before selection (Fig. 3). Greedy in rollout order (or a seeded shuffle);
+    the last response is cut so exactly Phi tokens count; fewer available: all count, still over Phi.
+  * Phi is per optimizer step, each micro-batch divides by it; under DDP each process takes Phi / W (process_budget).
 """
 from __future__ import annotations
 
@@ -54,27 +45,40 @@ PAPER = dict(
 LOSS_AGG = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum", "budget")  # C3PO change 2: "budget"
 
 
+def equal_groups(values, group_size: int) -> torch.Tensor:
+    """(B,) bool: the groups whose values (N,) are all equal, compared in float64 (a python float is not rounded to
+    float32 first). Such a group has A = 0 on every response: DAPO's filter and Skywork's rejection drop it."""
+    v = torch.as_tensor(values, dtype=torch.float64)  # (N,)
+    if v.numel() % group_size:
+        raise ValueError(f"{v.numel()} values do not split into groups of {group_size}")
+    v = v.view(-1, group_size)  # (B, G)
+    return (v == v[:, :1]).all(dim=1)  # (B,)
+
+
 def group_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
-    """A_i = (R_i - mean_group) / (std_group + eps); rewards (N,) hold consecutive groups of `group_size`."""
+    """A_i = (R_i - mean_group) / (std_group + eps); rewards (N,) hold consecutive groups of `group_size`.
+
+    std: the unbiased (N-1) sample std (no paper says which). Statistics in float64, A returned in float32; an
+    all-equal group gets exactly A = 0. scale_by_std=False: Dr. GRPO's mean-only advantage (arXiv 2503.20783)."""
     if group_size < 2:
         raise ValueError(f"group_size must be >= 2 for a group-relative baseline, got {group_size}")
     if rewards.numel() % group_size:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
     r = rewards.to(torch.float64).view(-1, group_size)  # (B, G) statistics in float64, whatever the input dtype
     mean = r.mean(dim=1, keepdim=True)  # (B, 1)
-    same = (r == r[:, :1]).all(dim=1, keepdim=True)  # (B, 1) all-equal groups
+    same = equal_groups(r.view(-1), group_size).unsqueeze(1)  # (B, 1)
     adv = torch.where(same, torch.zeros_like(r), r - mean)  # exactly 0, not mean's rounding error (0.7 - mean(0.7s))
     if scale_by_std:
         adv = adv / (r.std(dim=1, unbiased=True, keepdim=True) + eps)  # all-equal group: 0 / eps = 0
     return adv.to(torch.float32).view(-1)  # (N,)
 
 
-# C3PO change 0: none to the log-probs. grpo.token_logprobs computes every recipe's (the trainer runs it,
-# trainer/logprobs.py), so this file carries no copy of it.
+# C3PO change 0: none to the log-probs; grpo.token_logprobs computes every recipe's (trainer/logprobs.py).
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """k3 estimator of KL(pi_theta || pi_ref) per token: exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman, 2020)."""
+    """k3 estimator of KL(pi_theta || pi_ref) per token: exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman, 2020).
+    In the loss, not the reward (DeepSeekMath Eq. 4)."""
     d = ref_logp - logp  # (N, T)
     return torch.exp(d) - d - 1
 
@@ -82,7 +86,7 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 def clipped_surrogate(logp, old_logp, advantages, clip_low: float = PAPER["clip_low"], clip_high: float = PAPER["clip_high"]):
     """Per-token PPO-clip loss -min(r A, clip(r, 1-eps_low, 1+eps_high) A) and where each clip bound is active.
 
-    advantages (N,) broadcast over T. GRPO uses a symmetric eps: clip_low == clip_high.
+    advantages (N,) broadcast over T; eps_low, eps_high = clip_low, clip_high (PAPER's).
     Returns loss (N, T), clipped_low (N, T) bool, clipped_high (N, T) bool.
     """
     adv = advantages.unsqueeze(-1)  # (N, 1)
@@ -98,9 +102,7 @@ def clipped_surrogate(logp, old_logp, advantages, clip_low: float = PAPER["clip_
 def dual_clip(loss_tok: torch.Tensor, advantages: torch.Tensor, c: float):
     """Dual-clip PPO (Ye et al. 2020, arXiv 1912.09729) on a per-token clipped loss (N, T): for A < 0 the loss is
     at most c * |A|, so a ratio far above 1 + eps on a negative advantage cannot push the loss up without bound.
-    verl's compute_policy_loss_vanilla (clip_ratio_c, 3.0 by default, always on; 1dda039, 2026-08-22) and AReaL's
-    ppo_actor_loss_fn (c_clip, off by default; cbff54d, 2026-08-22). Returns the loss and where the bound is active,
-    (N, T) bool."""
+    No paper here uses it: off unless --dual-clip C. Returns the loss and where the bound is active, (N, T) bool."""
     if not c > 1:
         raise ValueError(f"the dual-clip constant must be > 1, got {c}")
     adv = advantages.unsqueeze(-1).to(loss_tok.dtype).expand_as(loss_tok)  # (N, T)
@@ -119,11 +121,10 @@ def aggregate(
     token-mean           1/num_tokens * sum_i sum_t m_it l_it                 DAPO Eq. 12 (mini-batch token mean)
     seq-mean-token-sum   1/num_seqs  * sum_i sum_t m_it l_it                  Dr. GRPO-style (no length normaliser)
     budget               1/budget    * sum_i sum_t m_it l_it                  C3PO Eq. 2 (constant 1/Phi), C3PO change 2
-    num_seqs / num_tokens default to this tensor's own counts; pass the mini-batch totals when it is a micro-batch.
+    num_seqs / num_tokens default to this tensor's own counts; pass the mini-batch totals when it is a micro-batch
+    (the trainer counts them over micro-batches and processes), so a split mini-batch is normalised once.
     num_seqs counts the NON-EMPTY rows: a fully masked row (DAPO's overlong filter, C3PO's budget) leaves the loss and
-    the mean. verl (1dda039, 2026-08-22) counts them only when given no global batch size; its trainer divides by
-    every row of the mini-batch (num_seqs = all rows gives its number), and TRL (f2cd577, 2026-07-24) by all rows of
-    the micro-batch: both shrink the others' gradient (grpo.py's module docstring).
+    the mean, so emptying it changes nothing; num_seqs = all rows gives the peers' count (docs/peers.md).
     """
     mask = mask.to(loss_tok.dtype)
     if mode == "budget":  # C3PO change 2 (Sec. 3.2, Eq. 2): constant normaliser, whatever the token count
@@ -144,9 +145,8 @@ def aggregate(
 
 def policy_loss(
     logp, old_logp, advantages, mask, ref_logp=None, *, clip_low=PAPER["clip_low"], clip_high=PAPER["clip_high"],
-    # C3PO change 2 (Sec. 3.2, Eq. 2): divide by the constant budget Phi (per process: process_budget); mask must be
-    # budget_mask(mask, kept)
-    kl_coef=PAPER["kl_coef"], loss_agg="budget", num_seqs=None, num_tokens=None, budget=None, token_weights=None,
+    kl_coef=PAPER["kl_coef"], loss_agg="budget", num_seqs=None, num_tokens=None,
+    budget=None, token_weights=None,  # C3PO change 2 (Sec. 3.2, Eq. 2): 1/Phi, the mask budget_mask(mask, kept)
     dual_clip_c=0.0,
 ):
     """The loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
@@ -154,8 +154,8 @@ def policy_loss(
     Shapes: logp, old_logp, ref_logp, mask (N, T); advantages (N,). Returns (loss, metrics dict of floats).
     token_weights (N, T), detached, multiply the clipped surrogate per token (not the KL term): truncated
     importance sampling between the rollout engine and the trainer (async_rollout.tis_weights); None = all ones.
-    dual_clip_c > 1 bounds the clipped loss of a negative advantage by c * |A| before the weights (`dual_clip`,
-    verl's clip_ratio_c); 0 = off, and then the metrics have no `clip_frac_dual`.
+    dual_clip_c > 1 bounds the clipped loss of a negative advantage by c * |A| before the weights (`dual_clip`);
+    0 = off, and then the metrics have no `clip_frac_dual`.
     """
     loss_tok, clipped_low, clipped_high = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
     dual = None
@@ -184,11 +184,8 @@ def policy_loss(
 
 # C3PO change 1 (Sec. 3.2, Eq. 3, Fig. 3): greedy token-budget selection, after advantages, before the loss.
 def budget_select(lengths, budget: int, shuffle_seed: int | None = None) -> torch.Tensor:
-    """Kept-token count per response (N,) long: greedy over responses until exactly `budget` tokens are kept.
-
-    lengths: list[int] or tensor (N,) of valid response tokens. Order: rollout order, or a random.Random(shuffle_seed)
-    shuffle. The last selected response is cut so the counts sum to min(budget, sum(lengths)).
-    """
+    """Kept-token count (N,) long per response of `lengths` (N,), greedy in rollout order (or a seeded shuffle): the
+    last one selected is cut so the counts sum to min(budget, sum(lengths)). Its mask: budget_mask(mask, kept)."""
     lens = [int(x) for x in torch.as_tensor(lengths).tolist()]
     order = list(range(len(lens)))
     if shuffle_seed is not None:

@@ -161,12 +161,13 @@ def reject_zero_advantage(values, group_size: int) -> torch.Tensor:
     """Skywork-OR1 rejection sampling: keep mask (B,) of groups with some non-zero advantage. No refill.
 
     values: advantages or rewards (N,), consecutive groups. Expand to responses with keep.repeat_interleave(G).
+    The test is grpo.equal_groups's, line for line (an idea file imports no other): float64, exact.
     """
-    v = torch.as_tensor(values).float()  # (N,)
+    v = torch.as_tensor(values, dtype=torch.float64)  # (N,)
     if v.numel() % group_size:
         raise ValueError(f"{v.numel()} values do not split into groups of {group_size}")
     v = v.view(-1, group_size)  # (B, G)
-    return (v != v[:, :1]).any(dim=1)  # (B,)
+    return ~(v == v[:, :1]).all(dim=1)  # (B,)
 
 
 def skywork_stages(total_steps: int, base_len: int, batch_size: int = 8, group_size: int = 8) -> list[Stage]:

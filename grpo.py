@@ -1,62 +1,22 @@
 """GRPO: group-relative policy optimisation (DeepSeekMath, arXiv 2402.03300, Sec. 4.1), the core of all five recipes.
 
-The objective maximised for a prompt q with G sampled responses o_1..o_G (DeepSeekMath Eq. 3; DAPO Eq. 9-10,
-Skywork-OR1 Eq. 2.5, MiMo Eq. 2 and Ring-lite Sec. 3.1 all start from it):
-
     J(theta) = E_q [ 1/G sum_i 1/|o_i| sum_t ( min( r_it * A_i , clip(r_it, 1-eps, 1+eps) * A_i ) - beta * D_KL,it ) ]
+    r_it     = pi_theta(o_it | q, o_i,<t) / pi_theta_old(o_it | q, o_i,<t)                       (importance ratio)
+    A_i      = (R_i - mean(R_1..R_G)) / (std(R_1..R_G) + delta)                       (group-relative advantage)
+    D_KL,it  = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1                             (k3 estimator, always >= 0)
 
-    r_it    = pi_theta(o_it | q, o_i,<t) / pi_theta_old(o_it | q, o_i,<t)          (importance ratio)
-    A_i     = (R_i - mean(R_1..R_G)) / (std(R_1..R_G) + delta)                       (group-relative advantage)
-    D_KL,it = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1                             (k3 estimator, always >= 0)
-
-Symbol table (B prompts, G samples per prompt, N = B*G responses, T response tokens, V vocabulary):
-
-    paper             code                        shape
+    paper             code                        shape     (B prompts, G samples each, N = B*G responses, T tokens)
     R_i               rewards                     (N,)      grouped as consecutive runs of G
     A_i               advantages                  (N,)      broadcast over the tokens of o_i
     log pi_theta      logp                        (N, T)
     log pi_theta_old  old_logp                    (N, T)
     log pi_ref        ref_logp                    (N, T)
     1[t < |o_i|]      mask                        (N, T)    1 on response tokens that count, 0 on pad
+    delta             eps                         float     1e-6, added to the std
+    beta              kl_coef                     float     PAPER's; 0 in every recipe but Ring-lite's (1e-3)
     eps               clip_low (= clip_high)      float     0.2
-    beta              kl_coef                     float     0 in DAPO / Skywork / MiMo / Compass, 1e-3 in Ring-lite
-    delta             eps                         float     1e-6 (verl), added to the std
-    tau               temperature                 float     the sampling temperature; logits are divided by it
 
-Where the code departs from (or chooses within) the paper:
-  * std is the unbiased (N-1) sample std plus eps=1e-6, as verl's (1dda039, 2026-08-22, compute_grpo_outcome_advantage)
-    and Skywork-OR1's code do; no paper says
-    which. A group whose rewards are all equal gets exactly A = 0 on every token, never NaN and never the
-    rounding error of R - mean(R) (in float32 a group of 0.7s gave +0.06 after dividing by std + 1e-6).
-    Mean and std are computed in float64 and the advantages returned in float32 (the loss's dtype). `scale_by_std=False`
-    gives Dr. GRPO's (arXiv 2503.20783) mean-only advantage.
-  * The ratio is exactly 1 on the first update of an on-policy step: old_logp is the current policy's
-    log-prob, detached. The loss value is then -mean(A) (about 0) but its gradient is A * grad log pi, the
-    REINFORCE gradient; clipping can only bite on the 2nd..mu-th update of a rollout (tests/test_grpo.py).
-  * Loss aggregation is named for what it computes (`LOSS_AGG`): GRPO is `seq-mean-token-mean`
-    (1/G sum_i 1/|o_i| sum_t). Its denominators can be passed in (`num_seqs`, `num_tokens`) so that a
-    mini-batch split into micro-batches, or across processes, is normalised once, globally. The sequence mean is
-    over responses with at least one token in the loss: a response whose tokens are all masked (DAPO's overlong
-    filter, C3PO's budget) is left out of the numerator and the denominator, at every split (train.py counts the
-    mini-batch's non-empty rows). The peers, read in their code (verl-project/verl 1dda039, 2026-08-22;
-    huggingface/trl f2cd577, 2026-07-24), count rows differently:
-      - verl's agg_loss counts the same non-empty rows only when it is given no global batch size (one micro-batch,
-        one process). Its trainer gives one: global_batch_size = ppo_mini_batch_size x rollout.n, every row of the
-        mini-batch (ray_trainer.py -> workers/utils/losses.py ppo_loss -> agg_loss, `masked_sum(seq_losses,
-        seq_mask) / global_batch_size`), so in that path an emptied row stays in the divisor. Two rows, one emptied,
-        the other's loss -1: verl -0.5, the project -1.0; verl's value is `aggregate` with num_seqs = all rows
-        (tests/test_grpo.py, verl's formula transcribed, float64).
-      - TRL's `grpo` loss averages the row means over all rows of each micro-batch, the emptied ones as zeros.
-    The project keeps the non-empty count, and it is the default because an emptied response then changes nothing:
-    the loss and gradient are those of the batch without it, as in verl's own unsplit call. Counting every row
-    instead scales the other responses' gradient by the fraction of rows left, a step size that moves with how many
-    responses the overlong filter emptied. (C3PO's `budget` mode divides by Phi, whatever the rows.)
-  * KL uses the k3 estimator in the loss (not in the reward), as DeepSeekMath Eq. 4.
-  * No dual clip by default (`dual_clip_c`, `--dual-clip C`): none of the five papers uses one; verl (1dda039,
-    2026-08-22) applies it always (clip_ratio_c 3.0; the DAPO scripts of verl-project/verl-recipe 48ea0a7, 2026-08-05,
-    set 10.0). With one update per rollout the ratio is 1 and it never binds.
-  * Log-probs and entropy are computed from logits / temperature (Skywork-OR1's dp_actor does this), so
-    they are the log-probs of the distribution the engine actually sampled from.
+J: DeepSeekMath Eq. 3, where DAPO, Skywork-OR1, MiMo and Ring-lite start. Choices where they land; peers: docs/peers.md
 """
 from __future__ import annotations
 
@@ -73,15 +33,28 @@ PAPER = dict(
 LOSS_AGG = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum")
 
 
+def equal_groups(values, group_size: int) -> torch.Tensor:
+    """(B,) bool: the groups whose values (N,) are all equal, compared in float64 (a python float is not rounded to
+    float32 first). Such a group has A = 0 on every response: DAPO's filter and Skywork's rejection drop it."""
+    v = torch.as_tensor(values, dtype=torch.float64)  # (N,)
+    if v.numel() % group_size:
+        raise ValueError(f"{v.numel()} values do not split into groups of {group_size}")
+    v = v.view(-1, group_size)  # (B, G)
+    return (v == v[:, :1]).all(dim=1)  # (B,)
+
+
 def group_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
-    """A_i = (R_i - mean_group) / (std_group + eps); rewards (N,) hold consecutive groups of `group_size`."""
+    """A_i = (R_i - mean_group) / (std_group + eps); rewards (N,) hold consecutive groups of `group_size`.
+
+    std: the unbiased (N-1) sample std (no paper says which). Statistics in float64, A returned in float32; an
+    all-equal group gets exactly A = 0. scale_by_std=False: Dr. GRPO's mean-only advantage (arXiv 2503.20783)."""
     if group_size < 2:
         raise ValueError(f"group_size must be >= 2 for a group-relative baseline, got {group_size}")
     if rewards.numel() % group_size:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
     r = rewards.to(torch.float64).view(-1, group_size)  # (B, G) statistics in float64, whatever the input dtype
     mean = r.mean(dim=1, keepdim=True)  # (B, 1)
-    same = (r == r[:, :1]).all(dim=1, keepdim=True)  # (B, 1) all-equal groups
+    same = equal_groups(r.view(-1), group_size).unsqueeze(1)  # (B, 1)
     adv = torch.where(same, torch.zeros_like(r), r - mean)  # exactly 0, not mean's rounding error (0.7 - mean(0.7s))
     if scale_by_std:
         adv = adv / (r.std(dim=1, unbiased=True, keepdim=True) + eps)  # all-equal group: 0 / eps = 0
@@ -89,11 +62,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool 
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False):
-    """log pi(token_t) under softmax(logits / temperature), and optionally the full-vocabulary entropy.
-
-    logits (N, T, V) are the scores that predict tokens (N, T) (already shifted by one position).
-    Returns logp (N, T) and entropy (N, T) or None. Equals minus HF's per-token cross-entropy at tau = 1.
-    """
+    """logp = log pi(tokens) under softmax(logits / temperature), the engine's sampling distribution, and entropy or None."""
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature  # (N, T, V), >= fp32
     logz = torch.logsumexp(logits, dim=-1)  # (N, T)
     logp = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - logz  # (N, T)
@@ -105,7 +74,8 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """k3 estimator of KL(pi_theta || pi_ref) per token: exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman, 2020)."""
+    """k3 estimator of KL(pi_theta || pi_ref) per token: exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman, 2020).
+    In the loss, not the reward (DeepSeekMath Eq. 4)."""
     d = ref_logp - logp  # (N, T)
     return torch.exp(d) - d - 1
 
@@ -113,7 +83,7 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 def clipped_surrogate(logp, old_logp, advantages, clip_low: float = PAPER["clip_low"], clip_high: float = PAPER["clip_high"]):
     """Per-token PPO-clip loss -min(r A, clip(r, 1-eps_low, 1+eps_high) A) and where each clip bound is active.
 
-    advantages (N,) broadcast over T. GRPO uses a symmetric eps: clip_low == clip_high.
+    advantages (N,) broadcast over T; eps_low, eps_high = clip_low, clip_high (PAPER's).
     Returns loss (N, T), clipped_low (N, T) bool, clipped_high (N, T) bool.
     """
     adv = advantages.unsqueeze(-1)  # (N, 1)
@@ -129,9 +99,7 @@ def clipped_surrogate(logp, old_logp, advantages, clip_low: float = PAPER["clip_
 def dual_clip(loss_tok: torch.Tensor, advantages: torch.Tensor, c: float):
     """Dual-clip PPO (Ye et al. 2020, arXiv 1912.09729) on a per-token clipped loss (N, T): for A < 0 the loss is
     at most c * |A|, so a ratio far above 1 + eps on a negative advantage cannot push the loss up without bound.
-    verl's compute_policy_loss_vanilla (clip_ratio_c, 3.0 by default, always on; 1dda039, 2026-08-22) and AReaL's
-    ppo_actor_loss_fn (c_clip, off by default; cbff54d, 2026-08-22). Returns the loss and where the bound is active,
-    (N, T) bool."""
+    No paper here uses it: off unless --dual-clip C. Returns the loss and where the bound is active, (N, T) bool."""
     if not c > 1:
         raise ValueError(f"the dual-clip constant must be > 1, got {c}")
     adv = advantages.unsqueeze(-1).to(loss_tok.dtype).expand_as(loss_tok)  # (N, T)
@@ -146,11 +114,10 @@ def aggregate(loss_tok: torch.Tensor, mask: torch.Tensor, mode: str, num_seqs: f
     seq-mean-token-mean  1/num_seqs  * sum_i (sum_t m_it l_it / sum_t m_it)   GRPO, DeepSeekMath Eq. 3
     token-mean           1/num_tokens * sum_i sum_t m_it l_it                 DAPO Eq. 12 (mini-batch token mean)
     seq-mean-token-sum   1/num_seqs  * sum_i sum_t m_it l_it                  Dr. GRPO-style (no length normaliser)
-    num_seqs / num_tokens default to this tensor's own counts; pass the mini-batch totals when it is a micro-batch.
+    num_seqs / num_tokens default to this tensor's own counts; pass the mini-batch totals when it is a micro-batch
+    (the trainer counts them over micro-batches and processes), so a split mini-batch is normalised once.
     num_seqs counts the NON-EMPTY rows: a fully masked row (DAPO's overlong filter, C3PO's budget) leaves the loss and
-    the mean. verl (1dda039, 2026-08-22) counts them only when given no global batch size; its trainer divides by
-    every row of the mini-batch (num_seqs = all rows gives its number), and TRL (f2cd577, 2026-07-24) by all rows of
-    the micro-batch: both shrink the others' gradient (grpo.py's module docstring).
+    the mean, so emptying it changes nothing; num_seqs = all rows gives the peers' count (docs/peers.md).
     """
     mask = mask.to(loss_tok.dtype)
     if mode == "token-mean":
@@ -175,8 +142,8 @@ def policy_loss(
     Shapes: logp, old_logp, ref_logp, mask (N, T); advantages (N,). Returns (loss, metrics dict of floats).
     token_weights (N, T), detached, multiply the clipped surrogate per token (not the KL term): truncated
     importance sampling between the rollout engine and the trainer (async_rollout.tis_weights); None = all ones.
-    dual_clip_c > 1 bounds the clipped loss of a negative advantage by c * |A| before the weights (`dual_clip`,
-    verl's clip_ratio_c); 0 = off, and then the metrics have no `clip_frac_dual`.
+    dual_clip_c > 1 bounds the clipped loss of a negative advantage by c * |A| before the weights (`dual_clip`);
+    0 = off, and then the metrics have no `clip_frac_dual`.
     """
     loss_tok, clipped_low, clipped_high = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
     dual = None

@@ -136,7 +136,7 @@ def test_equals_trls_own_loss(kl):
 
 
 def test_trls_bias_corrected_kl_and_dr_grpo_normaliser():
-    """The TRL 1.16 settings test_equals_trls_own_loss sets aside, as policy_loss's docstring states them:
+    """The TRL 1.16 settings test_equals_trls_own_loss sets aside, as docs/peers.md states them:
       * its default KL (use_bias_correction_kl=True) is k3 * r_it, r_it uncapped and with its gradient: ours plus
         beta * aggregate(k3 * (r_it - 1)); on-policy (r = 1) the values agree and the gradients do not;
       * its dr_grpo normaliser, rows x max_completion_length, is seq-mean-token-sum with num_seqs = N x L: on-policy

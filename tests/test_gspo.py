@@ -84,7 +84,7 @@ def test_gspo_token_has_gspos_value_and_gradient():
         assert torch.allclose(ga, gb, rtol=1e-12, atol=1e-15)  # the same gradient (Eq. 17 = Eq. 10)
     assert 0 < ma["seq_clip_frac_low"] and 0 < ma["seq_clip_frac_high"]  # both bounds bind, on some responses
     assert ma["seq_clip_frac_low"] + ma["seq_clip_frac_high"] < 1
-    # per-token weights (TIS): the value still agrees, the gradient does not (the module docstring's Composition)
+    # per-token weights (TIS): the value still agrees, the gradient does not (docs/peers.md)
     w = torch.rand(logp.shape, generator=torch.Generator().manual_seed(1), dtype=F64) + 0.5
     a, _ = gspo.policy_loss(logp, old, adv, mask, token_weights=w)
     b, _ = gspo.policy_loss(logp, old, adv, mask, token_weights=w, token_form=True)
@@ -163,7 +163,7 @@ def test_equals_trls_own_loss(kl):
 
 
 def test_trls_bias_corrected_kl_and_dr_grpo():
-    """The two TRL 1.16 settings test_equals_trls_own_loss sets aside, as policy_loss's docstring states them:
+    """The two TRL 1.16 settings test_equals_trls_own_loss sets aside, as docs/peers.md states them:
       * its default KL (use_bias_correction_kl=True) is k3 * s_i, s_i with its gradient: ours plus
         beta * aggregate(k3 * (s_i - 1)); on-policy (s_i = 1) the values agree and the gradients do not;
       * loss_type="dr_grpo" divides by rows x max_completion_length: seq-mean-token-sum with num_seqs = N x L,

@@ -433,3 +433,47 @@ def test_group_advantages_equal_verls(scale):
     assert torch.allclose(verl[:, 0], ours.to(F64), rtol=1e-7, atol=1e-7)
     assert torch.equal(verl[:, 0].float(), ours)  # the float64 value, rounded once
     assert torch.equal(ours[:G], torch.zeros(G, dtype=ours.dtype))
+
+
+# ---- docs/peers.md: every row names a project-side thing that exists and a peer commit ----------------------------
+def _peer_tables():
+    import os
+    import re
+
+    text = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "peers.md")).read()
+    rows = lambda part: [[c.strip() for c in line.strip().strip("|").split("|")]  # noqa: E731
+                         for line in part.splitlines() if line.startswith("|") and not re.match(r"\|[-| ]+\|$", line)][1:]
+    head, table = text.split("## The table", 1)
+    return rows(head), rows(table)
+
+
+def test_peers_page_rows_name_what_exists():
+    """docs/peers.md: each row's project side exists (`file.py:name` imports and has the name; `--flag` is a field of
+    config.Config), its peer is one of the page's peers, and every commit is a 7-40 digit hex string."""
+    import dataclasses
+    import importlib
+    import re
+
+    import config
+
+    peers, table = _peer_tables()
+    assert len(peers) >= 5 and len(table) >= 20
+    names = {p[0] for p in peers}
+    for p in peers:
+        assert re.fullmatch(r"[0-9a-f]{7,40}", p[2]), p
+    fields = {f.name for f in dataclasses.fields(config.Config)}
+    for row in table:
+        assert len(row) == 5, row
+        choice, project, peer, where, _ = row
+        assert peer in names, row
+        m = re.fullmatch(r".+ @ (\w+)", where)
+        assert m and re.fullmatch(r"[0-9a-f]{7,40}", m.group(1)), row
+        assert m.group(1) in {p[2] for p in peers if p[0] == peer}, row  # the commit the page pins for that peer
+        name = project.strip("`")
+        if name.startswith("--"):
+            assert name[2:].replace("-", "_") in fields, row
+        else:
+            path, attr = name.split(":")
+            obj = importlib.import_module(path[:-3].replace("/", "."))
+            for part in attr.split("."):
+                obj = getattr(obj, part)
