@@ -31,8 +31,8 @@ from collections.abc import Sequence
 
 
 class EasyPool:
-    """Prompt sampler with MiMo's easy pool. `sample(batch_size)` before rollout, `update(...)` after rewards (or the
-    trainer's sampler calls: `draw(step, n)`, `observe(indices, pass_rates)`)."""
+    """Prompt sampler with MiMo's easy pool, with the calls of every prompt sampler (trainer/samplers.py):
+    `draw(step, n)` before rollout, `observe(indices, pass_rates)` after rewards."""
 
     def __init__(self, indices: int | Sequence[int], alpha: float = 0.1, seed: int = 0, refresh: bool = True):
         self.indices = list(range(indices)) if isinstance(indices, int) else list(indices)
@@ -64,21 +64,21 @@ class EasyPool:
             if idx not in self._easy_set:
                 return idx
 
-    def sample(self, batch_size: int) -> list[int]:
-        """Dataset indices for one batch of prompt slots."""
+    def draw(self, step: int, n: int) -> list[int]:
+        """Dataset indices for a batch of n prompt slots (the pool ignores the step)."""
         out, n_easy = [], 0
         main_empty = len(self._easy_set) >= len(set(self.indices))
-        for _ in range(batch_size):
+        for _ in range(n):
             if self.easy and (main_empty or self.rng.random() < self.alpha):
                 out.append(self.easy[self.rng.randrange(len(self.easy))])
                 n_easy += 1
             else:
                 out.append(self._next_main())
-        self.slots, self.easy_slots = self.slots + batch_size, self.easy_slots + n_easy
-        self.last_share = n_easy / max(batch_size, 1)
+        self.slots, self.easy_slots = self.slots + n, self.easy_slots + n_easy
+        self.last_share = n_easy / max(n, 1)
         return out
 
-    def update(self, indices: Sequence[int], pass_rates: Sequence[float]):
+    def observe(self, indices: Sequence[int], pass_rates: Sequence[float]):
         """After rewards: perfect prompts join the easy pool; with refresh, failed easy prompts leave it."""
         if len(indices) != len(pass_rates):
             raise ValueError(f"{len(indices)} prompts but {len(pass_rates)} pass rates")
@@ -89,12 +89,6 @@ class EasyPool:
             elif rate < 1.0 and self.refresh and idx in self._easy_set:
                 self.easy.remove(idx)
                 self._easy_set.discard(idx)
-
-    def draw(self, step: int, n: int) -> list[int]:  # the trainer's sampler interface (the pool ignores the step)
-        return self.sample(n)
-
-    def observe(self, indices: Sequence[int], pass_rates: Sequence[float]):
-        self.update(indices, pass_rates)
 
     def metrics(self) -> dict:
         return {"data/easy_pool_size": len(self.easy), "data/easy_slot_share": self.last_share,

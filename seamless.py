@@ -34,9 +34,8 @@ Interfaces (so it runs with the project's engines and rewards):
         each Completion's flag (a response cut by the length limit has no prose answer: reward.py, rule 5)
     next_prompts(k) -> list of k (idx, example, prompt_text, gold) (the trainer's prompt sampler)
     shape(completions, rewards) -> rewards                          optional, e.g. DAPO's overlong penalty
-`SeamlessRollout.collect` returns kept groups in launch order, each a tuple
-    (idx, example, prompt_text, completions[G], rewards[G], correct[G])
-the format of trainer.collect.Round.groups(), so `Round.from_groups(groups, G)` builds the batch.
+`SeamlessRollout.collect` returns the kept groups in launch order, each a `Group` (below: the record
+trainer/collect.py's dynamic sampling keeps too), so `trainer.collect.Round.from_groups(groups, G)` builds the batch.
 
 Sample accounting (metrics):
     rollout/sample_waste     generated responses not in the batch / generated (includes zero-variance groups:
@@ -53,7 +52,7 @@ Sample accounting (metrics):
 
 Caveat: math-verify's timeouts use SIGALRM, main thread only. A `score` with `workers == 0` (MathReward verifying in
 the calling process) would silently score symbolic matches as wrong from a thread, so such a scorer is run inline in
-the main thread (no overlap) unless `async_reward=True` is forced.
+the main thread (no overlap).
 """
 from __future__ import annotations
 
@@ -63,7 +62,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from dapo import DynamicSampler, DynamicSamplingExhausted, filter_groups
+from dapo import DynamicSamplingExhausted, filter_groups
 
 
 FILTER_METRICS = ("acc", "score")
@@ -132,19 +131,22 @@ def wave_size(deficit: float, p_valid: float, min_wave: int, max_wave: int) -> i
 
 
 @dataclass
-class _Group:
-    seq: int
-    idx: Any
-    ex: Any
-    prompt: str
-    gold: Any
-    wave: int
-    comps: list = field(default_factory=list)
-    rewards: list | None = None
-    correct: list | None = None
-    filt: list | None = None  # what the filter compares: correct (acc) or the unshaped scores (score)
-    t_submit: int = 0  # streaming: engine steps (polls) at submission, and the group's duration in engine steps
-    duration: int | None = None
+class Group:
+    """One prompt and its G scored completions: what dynamic sampling keeps or drops whole (DAPO Alg. 1), here and in
+    trainer/collect.py. idx .. correct: one prompt's slice of trainer.records.Rollout (example = its examples[i],
+    prompt = its prompts[i]); filter_values: what `valid` compares; gold .. duration: the seamless scheduler's."""
+    idx: Any  # dataset index of the prompt
+    example: Any  # its data.Example
+    prompt: str  # the prompt text, template applied
+    completions: list = field(default_factory=list)  # (G,) rollout.Completion
+    rewards: list | None = None  # (G,) shaped (e.g. DAPO's overlong penalty added)
+    correct: list | None = None  # (G,) the verifier's verdicts; None until scored
+    filter_values: list | None = None  # (G,) what the filter compares: correct (acc) or the unshaped scores (score)
+    gold: Any = None  # the reference answer `score` checks the completions against
+    seq: int = 0  # position in the step's launch order
+    wave: int = 0  # the wave that launched it
+    submitted: int = 0  # streaming: engine steps (polls) at submission
+    duration: int | None = None  # streaming: engine steps from submission to its last sample
 
     @property
     def scored(self) -> bool:
@@ -154,267 +156,262 @@ class _Group:
     def valid(self) -> bool:
         # DAPO's group filter (dapo.filter_groups, one group): the correctness flags (verl's DAPO recipe
         # filter_groups.metric=acc) or the verifier's scores (metric=score, partial credit), not all equal
-        return self.scored and bool(filter_groups(self.filt, len(self.filt))[0])
+        return self.scored and bool(filter_groups(self.filter_values, len(self.filter_values))[0])
 
-    def as_tuple(self):
-        return (self.idx, self.ex, self.prompt, self.comps, self.rewards, self.correct)
+
+@dataclass
+class _Step:
+    """One `collect` call: its settings and the state its phases share."""
+    target: int  # valid groups wanted
+    group_size: int  # G
+    params: Any  # rollout.SamplingParams
+    max_groups: int  # cap on groups launched
+    shape: Callable | None  # shape(completions, rewards) -> rewards
+    filter_metric: str  # FILTER_METRICS
+    t0: float = field(default_factory=time.perf_counter)
+    launched: list[Group] = field(default_factory=list)  # in launch order (Group.seq)
+    jobs: dict[Future, list[Group]] = field(default_factory=dict)  # scoring jobs in flight
+    handles: dict[Any, Group] = field(default_factory=dict)  # streaming: engine handle -> group being generated
+    polls: int = 0  # streaming: engine steps so far (the clock group durations are measured in)
+    waves: int = 0
+    timeouts: int = 0
+    t_gen: float = 0.0  # seconds in the engine's calls
+    t_wait: float = 0.0  # seconds the main thread waited for rewards (or scored inline)
+    trace: list = field(default_factory=list)  # (event, wave, n_groups, t[, p_valid]) for tests and plots
+
+    def since(self) -> float:
+        return time.perf_counter() - self.t0
 
 
 class SeamlessRollout:
     """Collects `target` valid groups per step with waves, asynchronous scoring and FIFO early termination.
 
-        sr = SeamlessRollout(engine, reward_fn, group_size=8, min_wave=4, max_wave=128)
-        groups = sr.collect(next_prompts, target=32, params=SamplingParams(...))    # each step
-        batch = Round.from_groups(groups, 8); sr.last_metrics                       # -> metrics.jsonl
+        sr = SeamlessRollout(engine, reward_fn, min_wave=4, max_wave=128)              # once per run
+        groups = sr.collect(next_prompts, target=32, group_size=8, params=SamplingParams(...))    # each step
+        batch = Round.from_groups(groups, 8); sr.last_metrics                            # -> metrics.jsonl
 
-    max_groups: cap on groups launched per step (None = 10 x target, DAPO's max_num_gen_batches = 10 budget);
-    raises RuntimeError when it is reached with the batch still short. score_chunk: groups per scoring job (the
-    granularity at which FIFO termination can fire inside a wave). reward_threads: scoring jobs in flight at once
-    (1 = jobs finish in launch order; more needs a thread-safe `score`: MathReward creates its pool lazily, so call
-    it once before, or keep 1 -- it already verifies on `workers` processes).
+    What is fixed for the run: the engine (streaming if it has submit/poll/abort), the scorer (scored on a thread
+    unless it verifies in the calling process: module docstring), the wave bounds, the p_valid `estimator` (counts
+    carried across steps; its weight and decay also serve the streaming age model, RunningRate), `age_aware`,
+    score_chunk (groups per scoring job: the granularity at which FIFO termination can fire inside a wave) and
+    reward_threads (scoring jobs in flight at once; 1 = jobs finish in launch order; more needs a thread-safe
+    `score`: MathReward creates its pool lazily, so call it once before, or keep 1 -- it already verifies on
+    `workers` processes). What may change per step goes to `collect`.
     """
 
-    def __init__(self, engine, score: Callable, group_size: int, *, min_wave: int | None = None, max_wave: int = 256,
-                 prior: float = 0.5, prior_weight: float = 8.0, decay: float = 0.7, max_groups: int | None = None,
-                 shape: Callable | None = None, score_chunk: int = 8, async_reward: bool | None = None,
-                 reward_threads: int = 1, streaming: bool | None = None, age_aware: bool = True, clock: Callable[[], float] = time.perf_counter,
-                 filter_metric: str = "acc"):
-        if streaming is None:
-            streaming = all(hasattr(engine, a) for a in ("submit", "poll", "abort"))
+    def __init__(self, engine, score: Callable, *, min_wave: int | None = None, max_wave: int = 256,
+                 estimator: PassRateEstimator | None = None, age_aware: bool = True, score_chunk: int = 8,
+                 reward_threads: int = 1):
+        self.engine, self.score = engine, score
+        self.streaming = all(hasattr(engine, a) for a in ("submit", "poll", "abort"))
         if min_wave is None:  # streaming: launching costs nothing, launch exactly what the estimate asks for
-            min_wave = 1 if streaming else 4
-        if group_size < 1 or min_wave < 1 or max_wave < min_wave:
-            raise ValueError(f"need group_size >= 1 and 1 <= min_wave <= max_wave, got {group_size}, {min_wave}, {max_wave}")
-        if filter_metric not in FILTER_METRICS:
-            raise ValueError(f"filter_metric must be one of {FILTER_METRICS}, got {filter_metric!r}")
-        self.engine, self.score, self.G, self.filter_metric = engine, score, group_size, filter_metric
-        self.min_wave, self.max_wave, self.max_groups, self.shape = min_wave, max_wave, max_groups, shape
+            min_wave = 1 if self.streaming else 4
+        if min_wave < 1 or max_wave < min_wave:
+            raise ValueError(f"need 1 <= min_wave <= max_wave, got {min_wave}, {max_wave}")
+        self.min_wave, self.max_wave, self.age_aware = min_wave, max_wave, age_aware
         self.score_chunk = max(1, score_chunk)
-        self.est = PassRateEstimator(prior, prior_weight, decay=decay)
-        if async_reward is None:  # see the module docstring: math-verify in a thread cannot time out, it fails
-            async_reward = getattr(score, "workers", 1) != 0
-        self.async_reward = async_reward
-        self.streaming = streaming
-        self.age_aware = age_aware
-        self.ages = RunningRate(prior_weight, decay)
-        self.clock = clock
-        self._pool = ThreadPoolExecutor(reward_threads, thread_name_prefix="seamless-reward") if async_reward else None
+        self.est = estimator if estimator is not None else PassRateEstimator()
+        self.ages = RunningRate(self.est.weight, self.est.decay)
+        self.async_reward = getattr(score, "workers", 1) != 0  # module docstring: math-verify in a thread fails
+        self._pool = (ThreadPoolExecutor(reward_threads, thread_name_prefix="seamless-reward") if self.async_reward
+                      else None)
         self.last_metrics: dict = {}
         self.last_observed: list = []  # (idx, pass rate) of every group scored in the last collect
-        self.last_trace: list = []  # (event, wave, n_groups, t) for tests and plots
+        self.last_trace: list = []  # the last collect's _Step.trace
 
     def close(self):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
-    # -- scoring job (runs on the reward thread) --------------------------------------------------------------------
-    def _score_groups(self, groups: list[_Group]):
-        comps = [c for g in groups for c in g.comps]
-        rewards, correct, m = self.score([c.text for c in comps], [g.gold for g in groups for _ in range(self.G)],
-                                         truncated=[c.truncated for c in comps])
-        scores = rewards = list(rewards)
-        if self.shape is not None:
-            rewards = list(self.shape(comps, rewards))
-        return rewards, list(correct), m, (list(correct) if self.filter_metric == "acc" else scores)
-
-    def _submit_chunks(self, groups: list[_Group], jobs: dict) -> float:
-        """Queue `groups` for scoring in chunks of `score_chunk`; returns the seconds spent scoring inline."""
-        ts = self.clock()
-        for c in range(0, len(groups), self.score_chunk):
-            chunk = groups[c:c + self.score_chunk]
-            jobs[self._submit(chunk)] = chunk
-        return self.clock() - ts if self._pool is None else 0.0
-
-    def _submit(self, groups: list[_Group]) -> Future:
-        if self._pool is not None:
-            return self._pool.submit(self._score_groups, groups)
-        f = Future()  # inline scoring: done before generation continues
-        try:
-            f.set_result(self._score_groups(groups))
-        except BaseException as e:  # noqa: BLE001 (re-raised by result())
-            f.set_exception(e)
-        return f
-
-    # -- one step -------------------------------------------------------------------------------------------------------
-    def collect(self, next_prompts: Callable[[int], list], target: int, params) -> list[tuple]:
-        """The first `target` valid groups in launch order (Round.groups() tuples); metrics in `last_metrics`."""
-        G, clock = self.G, self.clock
-        max_groups = self.max_groups if self.max_groups is not None else 10 * target
+    # -- one step ---------------------------------------------------------------------------------------------------
+    def collect(self, next_prompts: Callable[[int], list], target: int, group_size: int, params, *,
+                max_groups: int | None = None, shape: Callable | None = None,
+                filter_metric: str = "acc") -> list[Group]:
+        """The first `target` valid groups in launch order; metrics in `last_metrics`, every scored group's pass rate
+        in `last_observed`. max_groups: cap on groups launched (None = 10 x target, DAPO's max_num_gen_batches = 10
+        budget); dapo.DynamicSamplingExhausted when it is reached with the batch still short. shape: e.g. DAPO's
+        overlong penalty at this step's length limit. filter_metric: what makes a group valid (FILTER_METRICS)."""
+        if group_size < 1:
+            raise ValueError(f"need group_size >= 1, got {group_size}")
+        if filter_metric not in FILTER_METRICS:
+            raise ValueError(f"filter_metric must be one of {FILTER_METRICS}, got {filter_metric!r}")
+        s = _Step(target, group_size, params, 10 * target if max_groups is None else max_groups, shape, filter_metric)
         self.est.new_step()
         self.ages.new_step()
-        launched: list[_Group] = []
-        jobs: dict[Future, list[_Group]] = {}
-        t0 = clock()
-        t_gen = t_wait = t_score_inline = 0.0
-        waves, timeouts, trace = 0, 0, []
-        self.last_trace = trace
-        streaming = self.streaming
-        handles: dict[str, _Group] = {}  # streaming: engine handle -> group being generated
-        polls = 0  # streaming: engine steps so far (the clock group durations are measured in)
-
-        def harvest(done):
-            nonlocal timeouts
-            for f in done:
-                groups = jobs.pop(f)
-                rewards, correct, m, filt = f.result()
-                timeouts += int(m.get("reward/timeouts", 0)) if isinstance(m, dict) else 0
-                for i, g in enumerate(groups):
-                    g.rewards, g.correct = rewards[i * G:(i + 1) * G], correct[i * G:(i + 1) * G]
-                    g.filt = filt[i * G:(i + 1) * G]
-                    if g.duration is not None:
-                        self.ages.add(g.duration, g.valid)
-                self.est.update(sum(g.valid for g in groups), len(groups))
-                trace.append(("scored", groups[0].wave, len(groups), clock() - t0))
-
-        def fifo_select():
-            """The first `target` valid groups if every group launched before the last of them is scored."""
-            out = []
-            for g in launched:
-                if not g.scored:
-                    return None
-                if g.valid:
-                    out.append(g)
-                    if len(out) == target:
-                        return out
-            return None
-
-        selected = None
-        while True:
-            harvest([f for f in list(jobs) if f.done()])
-            selected = fifo_select()
-            if selected is not None:
-                break
-            valid = sum(g.valid for g in launched)
-            p = self.est.p
-            if streaming and self.age_aware:  # groups still generating: P(valid | running this long), see RunningRate
-                p_run = self.ages.predictor(p)
-                expected = sum(p_run(polls - g.t_submit) if g.duration is None else p for g in launched if not g.scored)
-            else:
-                expected = p * sum(not g.scored for g in launched)
-            deficit = target - valid - expected
-            room = max_groups - len(launched)
-            free = self.engine.free_slots() if streaming and hasattr(self.engine, "free_slots") else None
-            if deficit > 1e-9 and room > 0 and (free is None or free > 0):
-                # the groups in flight are predicted to be insufficient: launch a wave (streaming: only as many
-                # groups as can start now; the rest is decided later, with more groups scored)
-                k = min(room, wave_size(deficit, p, self.min_wave, self.max_wave))
-                if free is not None:
-                    k = min(k, math.ceil(free / G))
-                items = next_prompts(k)
-                new = [_Group(len(launched) + i, it[0], it[1], it[2], it[3], waves) for i, it in enumerate(items)]
-                trace.append(("launch", waves, len(new), clock() - t0, p))
-                launched.extend(new)
-                waves += 1
-                ts = clock()
-                if streaming:  # queued in the engine; generated while the loop goes on
-                    for g, h in zip(new, self.engine.submit([g.prompt for g in new], G, params)):
-                        handles[h] = g
-                        g.t_submit = polls
-                    t_gen += clock() - ts
-                    continue
-                outs = self.engine.generate([g.prompt for g in new], G, params)
-                t_gen += clock() - ts
-                for g, cs in zip(new, outs):
-                    g.comps = list(cs)
-                trace.append(("generated", waves - 1, len(new), clock() - t0))
-                t_score_inline += self._submit_chunks(new, jobs)
-                continue
-            if handles:  # streaming: one engine step; groups whose G samples are all done go to scoring at once
-                ts = clock()
-                finished = self.engine.poll()
-                polls += 1
-                t_gen += clock() - ts
-                if finished:
-                    done_groups = []
-                    for h, cs in finished:
-                        g = handles.pop(h)
-                        g.comps, g.duration = list(cs), polls - g.t_submit
-                        done_groups.append(g)
-                    done_groups.sort(key=lambda g: g.seq)
-                    trace.append(("generated", done_groups[0].wave, len(done_groups), clock() - t0))
-                    t_score_inline += self._submit_chunks(done_groups, jobs)
-                continue
-            if not jobs:  # nothing in flight and no room left
-                valid = sum(g.valid for g in launched)
+        self.last_trace = s.trace
+        while (selected := self._harvest_and_select(s)) is None:
+            k = self._wave(s)
+            if k:  # the groups in flight are predicted to be insufficient
+                self._launch(s, next_prompts(k))
+            elif s.handles:  # streaming: let the engine generate one step
+                self._poll(s)
+            elif s.jobs:  # generation idles: the groups being scored are predicted sufficient
+                self._wait(s)
+            else:  # nothing in flight and no room left
                 raise DynamicSamplingExhausted(
-                    f"seamless rollout: only {valid}/{target} groups with mixed correctness after {len(launched)} groups "
-                    f"in {waves} waves (cap {max_groups}); the data is too easy or too hard for this model")
-            ts = clock()
-            done, _ = wait(list(jobs), return_when=FIRST_COMPLETED)  # generation idles: predicted sufficient
-            t_wait += clock() - ts
-            harvest(done)
-        for f in list(jobs):  # groups still in flight are discarded: drop their scoring if it has not started
-            f.cancel()
-        aborted = len(handles)
-        if handles:  # streaming: groups still generating (or queued) are dropped mid-way
-            self.engine.abort(list(handles))
-        wall = clock() - t0
+                    f"seamless rollout: only {sum(g.valid for g in s.launched)}/{target} groups with mixed correctness "
+                    f"after {len(s.launched)} groups in {s.waves} waves (cap {s.max_groups}); the data is too easy or "
+                    f"too hard for this model")
+        aborted = self._drop_in_flight(s)
         # every scored group's pass rate, kept or not (MiMo's easy pool and the curriculum's filter need them)
-        self.last_observed = [(g.idx, sum(map(bool, g.correct)) / len(g.correct)) for g in launched if g.scored]
-        n_gen = len(launched) * G
+        self.last_observed = [(g.idx, sum(map(bool, g.correct)) / len(g.correct)) for g in s.launched if g.scored]
+        self.last_metrics = self._metrics(s, selected, aborted)
+        return selected
+
+    # -- its phases ------------------------------------------------------------------------------------------------
+    def _harvest_and_select(self, s: _Step) -> list[Group] | None:
+        """Finished scoring jobs in, then FIFO early termination: the first `target` valid groups, if every group
+        launched before the last of them is scored (else None)."""
+        self._harvest(s, [f for f in list(s.jobs) if f.done()])
+        out = []
+        for g in s.launched:
+            if not g.scored:
+                return None
+            if g.valid:
+                out.append(g)
+                if len(out) == s.target:
+                    return out
+        return None
+
+    def _wave(self, s: _Step) -> int:
+        """Prompts to launch now (0: none):  deficit = target - valid_scored - expected valid among those in flight,
+        a wave of wave_size(deficit, p_valid) if deficit > 0, within the groups cap and (streaming) the engine's free
+        slots, so that only as many groups as can start now are launched (the rest is decided with more scored)."""
+        G, p = s.group_size, self.est.p
+        in_flight = [g for g in s.launched if not g.scored]
+        if self.streaming and self.age_aware:  # groups still generating: P(valid | running this long), RunningRate
+            p_run = self.ages.predictor(p)
+            expected = sum(p_run(s.polls - g.submitted) if g.duration is None else p for g in in_flight)
+        else:
+            expected = p * len(in_flight)
+        deficit = s.target - sum(g.valid for g in s.launched) - expected
+        room = s.max_groups - len(s.launched)
+        free = self.engine.free_slots() if self.streaming and hasattr(self.engine, "free_slots") else None
+        if deficit <= 1e-9 or room <= 0 or (free is not None and free <= 0):
+            return 0
+        k = min(room, wave_size(deficit, p, self.min_wave, self.max_wave))
+        return k if free is None else min(k, math.ceil(free / G))
+
+    def _launch(self, s: _Step, items: list):
+        """A wave: queued in a streaming engine (generated while the loop goes on), or generated now by a
+        batch-synchronous one and sent to scoring."""
+        new = [Group(idx, ex, prompt, gold=gold, seq=len(s.launched) + i, wave=s.waves)
+               for i, (idx, ex, prompt, gold) in enumerate(items)]
+        s.trace.append(("launch", s.waves, len(new), s.since(), self.est.p))
+        s.launched.extend(new)
+        s.waves += 1
+        ts = time.perf_counter()
+        if self.streaming:
+            for g, h in zip(new, self.engine.submit([g.prompt for g in new], s.group_size, s.params)):
+                s.handles[h] = g
+                g.submitted = s.polls
+            s.t_gen += time.perf_counter() - ts
+            return
+        outs = self.engine.generate([g.prompt for g in new], s.group_size, s.params)
+        s.t_gen += time.perf_counter() - ts
+        for g, cs in zip(new, outs):
+            g.completions = list(cs)
+        s.trace.append(("generated", s.waves - 1, len(new), s.since()))
+        self._send_to_scoring(s, new)
+
+    def _poll(self, s: _Step):
+        """Streaming: one engine step; the groups whose G samples are all done go to scoring at once."""
+        ts = time.perf_counter()
+        finished = self.engine.poll()
+        s.polls += 1
+        s.t_gen += time.perf_counter() - ts
+        if not finished:
+            return
+        done = []
+        for h, cs in finished:
+            g = s.handles.pop(h)
+            g.completions, g.duration = list(cs), s.polls - g.submitted
+            done.append(g)
+        done.sort(key=lambda g: g.seq)
+        s.trace.append(("generated", done[0].wave, len(done), s.since()))
+        self._send_to_scoring(s, done)
+
+    def _wait(self, s: _Step):
+        """Block until a scoring job finishes, and take its scores."""
+        ts = time.perf_counter()
+        done, _ = wait(list(s.jobs), return_when=FIRST_COMPLETED)
+        s.t_wait += time.perf_counter() - ts
+        self._harvest(s, done)
+
+    def _drop_in_flight(self, s: _Step) -> int:
+        """Groups still in flight are discarded: their scoring dropped if not started, their generation (streaming:
+        queued or half-generated) aborted. Returns the number aborted in the engine."""
+        for f in list(s.jobs):
+            f.cancel()
+        if s.handles:
+            self.engine.abort(list(s.handles))
+        return len(s.handles)
+
+    # -- scoring ----------------------------------------------------------------------------------------------------
+    def _send_to_scoring(self, s: _Step, groups: list[Group]):
+        """Jobs of `score_chunk` groups, on the reward thread (or scored now, inline: counted as waiting)."""
+        ts = time.perf_counter()
+        for c in range(0, len(groups), self.score_chunk):
+            chunk = groups[c:c + self.score_chunk]
+            if self._pool is not None:
+                s.jobs[self._pool.submit(self._score, s, chunk)] = chunk
+                continue
+            f = Future()  # inline scoring: done before generation continues
+            try:
+                f.set_result(self._score(s, chunk))
+            except BaseException as e:  # noqa: BLE001 (re-raised by result())
+                f.set_exception(e)
+            s.jobs[f] = chunk
+        if self._pool is None:
+            s.t_wait += time.perf_counter() - ts
+
+    def _score(self, s: _Step, groups: list[Group]):
+        """One scoring job (on the reward thread): (rewards, correct, metrics, filter values), G per group."""
+        comps = [c for g in groups for c in g.completions]
+        rewards, correct, m = self.score([c.text for c in comps], [g.gold for g in groups for _ in range(s.group_size)],
+                                         truncated=[c.truncated for c in comps])
+        scores = rewards = list(rewards)
+        if s.shape is not None:
+            rewards = list(s.shape(comps, rewards))
+        return rewards, list(correct), m, (list(correct) if s.filter_metric == "acc" else scores)
+
+    def _harvest(self, s: _Step, done):
+        """Finished jobs' scores onto their groups; the p_valid estimate and the age model learn from them."""
+        G = s.group_size
+        for f in done:
+            groups = s.jobs.pop(f)
+            rewards, correct, m, filt = f.result()
+            s.timeouts += int(m.get("reward/timeouts", 0)) if isinstance(m, dict) else 0
+            for i, g in enumerate(groups):
+                g.rewards, g.correct = rewards[i * G:(i + 1) * G], correct[i * G:(i + 1) * G]
+                g.filter_values = filt[i * G:(i + 1) * G]
+                if g.duration is not None:
+                    self.ages.add(g.duration, g.valid)
+            self.est.update(sum(g.valid for g in groups), len(groups))
+            s.trace.append(("scored", groups[0].wave, len(groups), s.since()))
+
+    def _metrics(self, s: _Step, selected: list[Group], aborted: int) -> dict:
+        """The step's sample accounting (module docstring)."""
+        G, launched, wall = s.group_size, s.launched, s.since()
+        n_gen, scored = len(launched) * G, [g for g in launched if g.scored]
         last = selected[-1].seq
         surplus = sum(g.valid for g in launched[last + 1:])  # valid, scored, not needed (all earlier ones are used)
-        self.last_metrics = {
-            "rollout/gen_rounds": waves,
-            "rollout/groups_kept_frac": target / max(1, len(launched)),
+        return {
+            "rollout/gen_rounds": s.waves,
+            "rollout/groups_kept_frac": s.target / max(1, len(launched)),
             "rollout/groups_discarded_surplus": surplus,
             "rollout/generated": n_gen,
-            "rollout/sample_waste": 1.0 - target * G / n_gen,
+            "rollout/sample_waste": 1.0 - s.target * G / n_gen,
             "rollout/overshoot_waste": (len(launched) - last - 1) / len(launched),
-            "rollout/unscored_groups": sum(not g.scored for g in launched),
-            "rollout/valid_frac": sum(g.valid for g in launched) / max(1, sum(g.scored for g in launched)),
-            "rollout/surplus_waste": surplus / (target + surplus),
-            "rollout/sample_pass_rate": (sum(sum(map(bool, g.correct)) for g in launched if g.scored)
-                                         / max(1, G * sum(g.scored for g in launched))),
+            "rollout/unscored_groups": len(launched) - len(scored),
+            "rollout/valid_frac": sum(g.valid for g in launched) / max(1, len(scored)),
+            "rollout/surplus_waste": surplus / (s.target + surplus),
+            "rollout/sample_pass_rate": sum(sum(map(bool, g.correct)) for g in scored) / max(1, G * len(scored)),
             "rollout/aborted_groups": aborted,
             "rollout/pass_rate_est": self.est.p,
-            "rollout/reward_wait_frac": (t_wait + t_score_inline) / wall if wall > 0 else 0.0,
-            "rollout/gen_time_s": t_gen,
+            "rollout/reward_wait_frac": s.t_wait / wall if wall > 0 else 0.0,
+            "rollout/gen_time_s": s.t_gen,
             "rollout/wall_s": wall,
-            "reward/timeouts": timeouts,
+            "reward/timeouts": s.timeouts,
         }
-        return [g.as_tuple() for g in selected]
-
-
-def naive_collect(engine, score, next_prompts, target: int, group_size: int, params, *, round_size: int | None = None,
-                  max_rounds: int = 10, shape: Callable | None = None, clock: Callable[[], float] = time.perf_counter):
-    """The baseline the benchmarks and the course compare against: DAPO's full-batch rounds (generate round_size
-    prompts, score all, filter, repeat) with DAPO's own bookkeeping, dapo.DynamicSampler, which the trainer's
-    `--dynamic-sampling` drives in trainer/collect.py; here it drives an engine and a scorer directly, with the
-    metrics SeamlessRollout reports. Returns (groups, metrics); raises dapo.DynamicSamplingExhausted after
-    max_rounds rounds still short."""
-    G, round_size = group_size, round_size or target
-    sampler = DynamicSampler(target, G, max_rounds)
-    launched, t_gen, t_score, timeouts, n_correct = 0, 0.0, 0.0, 0, 0
-    t0 = clock()
-    while not sampler.full:
-        items = next_prompts(round_size)
-        ts = clock()
-        outs = engine.generate([it[2] for it in items], G, params)
-        t_gen += clock() - ts
-        ts = clock()
-        comps = [c for cs in outs for c in cs]
-        rewards, correct, m = score([c.text for c in comps], [it[3] for it in items for _ in range(G)],
-                                    truncated=[c.truncated for c in comps])
-        rewards = list(shape(comps, list(rewards)) if shape else rewards)
-        t_score += clock() - ts
-        timeouts += int(m.get("reward/timeouts", 0)) if isinstance(m, dict) else 0
-        n_correct += sum(map(bool, correct))
-        groups = [(launched + i, (it[0], it[1], it[2], list(outs[i]), rewards[i * G:(i + 1) * G],
-                                  list(correct[i * G:(i + 1) * G]))) for i, it in enumerate(items)]
-        launched += len(items)
-        sampler.add(groups, [bool(c) for c in correct])  # DAPO's filter: mixed correctness
-    n_valid, rounds = len(sampler.kept), sampler.rounds
-    kept = sampler.take()  # the first target valid groups, in launch order
-    last = kept[-1][0]
-    wall = clock() - t0
-    n_gen = launched * G
-    return [g for _, g in kept], {
-        "rollout/gen_rounds": rounds, "rollout/groups_kept_frac": target / launched, "rollout/generated": n_gen,
-        "rollout/sample_waste": 1.0 - target * G / n_gen, "rollout/overshoot_waste": (launched - last - 1) / launched,
-        "rollout/valid_frac": n_valid / launched, "rollout/surplus_waste": (n_valid - target) / n_valid,
-        "rollout/sample_pass_rate": n_correct / n_gen,
-        "rollout/reward_wait_frac": t_score / wall if wall > 0 else 0.0, "rollout/gen_time_s": t_gen,
-        "rollout/wall_s": wall, "reward/timeouts": timeouts,
-    }

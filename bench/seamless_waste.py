@@ -37,7 +37,50 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project is one folder up
 
 import seamless
+from dapo import DynamicSampler
 from rollout import Completion, SamplingParams
+
+
+def naive_collect(engine, score, next_prompts, target: int, group_size: int, params, *, round_size: int | None = None,
+                  max_rounds: int = 10, shape=None):
+    """The baseline the benchmark, the tests and the course compare against: DAPO's full-batch rounds (generate
+    round_size prompts, score all, filter, repeat) with DAPO's own bookkeeping, dapo.DynamicSampler, which the
+    trainer's `--dynamic-sampling` drives in trainer/collect.py; here it drives an engine and a scorer directly, with
+    the interfaces and metrics of seamless.SeamlessRollout. Returns (seamless.Group list, metrics); raises
+    dapo.DynamicSamplingExhausted after max_rounds rounds still short."""
+    G, round_size = group_size, round_size or target
+    sampler = DynamicSampler(target, G, max_rounds)
+    launched, t_gen, t_score, timeouts, n_correct = 0, 0.0, 0.0, 0, 0
+    t0 = time.perf_counter()
+    while not sampler.full:
+        items = next_prompts(round_size)
+        ts = time.perf_counter()
+        outs = engine.generate([it[2] for it in items], G, params)
+        t_gen += time.perf_counter() - ts
+        ts = time.perf_counter()
+        comps = [c for cs in outs for c in cs]
+        rewards, correct, m = score([c.text for c in comps], [it[3] for it in items for _ in range(G)],
+                                    truncated=[c.truncated for c in comps])
+        rewards = list(shape(comps, list(rewards)) if shape else rewards)
+        t_score += time.perf_counter() - ts
+        timeouts += int(m.get("reward/timeouts", 0)) if isinstance(m, dict) else 0
+        n_correct += sum(map(bool, correct))
+        groups = [seamless.Group(idx, ex, prompt, list(outs[i]), rewards[i * G:(i + 1) * G],
+                                 list(correct[i * G:(i + 1) * G]), gold=gold, seq=launched + i)
+                  for i, (idx, ex, prompt, gold) in enumerate(items)]
+        launched += len(items)
+        sampler.add(groups, [bool(c) for c in correct])  # DAPO's filter: mixed correctness
+    n_valid, rounds = len(sampler.kept), sampler.rounds
+    kept = sampler.take()  # the first target valid groups, in launch order
+    last, wall, n_gen = kept[-1].seq, time.perf_counter() - t0, launched * G
+    return kept, {
+        "rollout/gen_rounds": rounds, "rollout/groups_kept_frac": target / launched, "rollout/generated": n_gen,
+        "rollout/sample_waste": 1.0 - target * G / n_gen, "rollout/overshoot_waste": (launched - last - 1) / launched,
+        "rollout/valid_frac": n_valid / launched, "rollout/surplus_waste": (n_valid - target) / n_valid,
+        "rollout/sample_pass_rate": n_correct / n_gen,
+        "rollout/reward_wait_frac": t_score / wall if wall > 0 else 0.0, "rollout/gen_time_s": t_gen,
+        "rollout/wall_s": wall, "reward/timeouts": timeouts,
+    }
 
 
 class StubEngine:
@@ -131,7 +174,7 @@ def run(methods, steps, warmup, make, target, G, sp, sargs):
     state = {}
     for method in methods:
         engine, score, prompts = make()
-        sr = seamless.SeamlessRollout(engine, score, G, min_wave=sargs.min_wave, max_wave=sargs.max_wave,
+        sr = seamless.SeamlessRollout(engine, score, min_wave=sargs.min_wave, max_wave=sargs.max_wave,
                                       score_chunk=sargs.score_chunk) if method == "seamless" else None
         if getattr(score, "workers", 0) and hasattr(score, "_get_pool"):
             score._get_pool()  # start the verifier processes before timing
@@ -140,10 +183,10 @@ def run(methods, steps, warmup, make, target, G, sp, sargs):
         for method, (engine, score, prompts, sr, rows) in state.items():
             t0 = time.perf_counter()
             if sr is not None:
-                groups = sr.collect(prompts, target, sp)
+                groups = sr.collect(prompts, target, G, sp)
                 m = dict(sr.last_metrics)
             else:
-                groups, m = seamless.naive_collect(engine, score, prompts, target, G, sp, max_rounds=50)
+                groups, m = naive_collect(engine, score, prompts, target, G, sp, max_rounds=50)
             m["wall"] = time.perf_counter() - t0
             assert len(groups) == target
             if s >= warmup:

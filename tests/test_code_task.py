@@ -176,10 +176,10 @@ def test_train_problems_and_drop_solved(monkeypatch):
     assert len(sets[0][0]) == 6 and sets[0][0][0].prompt == builtin_task(6, "train", seed=0)[0].prompt
     s = samplers.make_sampler(cfg, sets[0][0])
     assert isinstance(s, resample.EasyPool) and s.alpha == 0 and not s.refresh
-    first = s.sample(6)
-    s.update(first[:3], [1.0, 1.0, 1.0])
-    s.update(first[3:4], [0.5])
-    assert not set(s.sample(30)) & set(first[:3])
+    first = s.draw(0, 6)
+    s.observe(first[:3], [1.0, 1.0, 1.0])
+    s.observe(first[3:4], [0.5])
+    assert not set(s.draw(1, 30)) & set(first[:3])
     for argv, msg in ((["--drop-solved", "--easy-pool-alpha", "0.1"], "--drop-solved: replaces the easy pool"),
                       (["--train-problems", "-1"], "--train-problems: must be >= 0")):
         with pytest.raises(SystemExit, match=msg):

@@ -19,10 +19,10 @@ from resample import EasyPool
 def test_easy_share_is_alpha_within_4_sigma():
     pool = EasyPool(1000, alpha=0.1, seed=0)
     easy = list(range(0, 1000, 10))
-    pool.update(easy, [1.0] * len(easy))
+    pool.observe(easy, [1.0] * len(easy))
     n, drawn = 10_000, []
     for _ in range(n // 50):
-        drawn += pool.sample(50)
+        drawn += pool.draw(0, 50)
     share = sum(i in set(easy) for i in drawn) / n  # main draws skip easy prompts, so membership = source
     tol = 4 * math.sqrt(0.1 * 0.9 / n)  # 4 binomial sigmas = 0.012
     assert abs(share - 0.1) < tol
@@ -32,8 +32,8 @@ def test_easy_share_is_alpha_within_4_sigma():
 
 def test_per_slot_bernoulli_replayed_by_hand():
     pool = EasyPool(20, alpha=0.5, seed=7)
-    pool.update([3, 5], [1.0, 1.0])
-    out = pool.sample(8)
+    pool.observe([3, 5], [1.0, 1.0])
+    out = pool.draw(0, 8)
     rng, main = random.Random(7), [i for i in EasyPool(20, seed=7)._permutation(0) if i not in (3, 5)]
     expected = []
     for _ in range(8):
@@ -43,38 +43,38 @@ def test_per_slot_bernoulli_replayed_by_hand():
 
 def test_empty_easy_pool_walks_epoch_permutations():
     pool = EasyPool(list(range(100, 110)), alpha=0.3, seed=1)
-    first, second = pool.sample(10), pool.sample(10)
+    first, second = pool.draw(0, 10), pool.draw(1, 10)
     assert sorted(first) == sorted(second) == list(range(100, 110))  # one full epoch each, no easy draws
     assert first != second and pool.epoch == 1 and pool.metrics()["data/easy_slot_share_total"] == 0
 
 
 def test_moves_refresh_and_main_pool_skips_easy():
     pool = EasyPool(6, alpha=0.0, seed=0)
-    pool.update([1, 2, 3], [1.0, 0.5, 1.0])
+    pool.observe([1, 2, 3], [1.0, 0.5, 1.0])
     assert pool.easy == [1, 3]
-    assert not {1, 3} & set(pool.sample(30))  # alpha = 0: only the main pool, which excludes easy prompts
-    pool.update([3, 1], [0.75, 1.0])  # prompt 3 failed again -> back to the main pool
-    assert pool.easy == [1] and 3 in pool.sample(10)
+    assert not {1, 3} & set(pool.draw(0, 30))  # alpha = 0: only the main pool, which excludes easy prompts
+    pool.observe([3, 1], [0.75, 1.0])  # prompt 3 failed again -> back to the main pool
+    assert pool.easy == [1] and 3 in pool.draw(0, 10)
     sticky = EasyPool(6, alpha=0.0, refresh=False)
-    sticky.update([4], [1.0])
-    sticky.update([4], [0.0])
+    sticky.observe([4], [1.0])
+    sticky.observe([4], [0.0])
     assert sticky.easy == [4]
     with pytest.raises(ValueError):
-        pool.update([1, 2], [1.0])
+        pool.observe([1, 2], [1.0])
 
 
 def test_all_easy_draws_from_easy_pool():
     pool = EasyPool(3, alpha=0.1, seed=0)
-    pool.update([0, 1, 2], [1.0, 1.0, 1.0])
-    assert set(pool.sample(20)) <= {0, 1, 2} and pool.metrics()["data/easy_slot_share"] == 1.0
+    pool.observe([0, 1, 2], [1.0, 1.0, 1.0])
+    assert set(pool.draw(0, 20)) <= {0, 1, 2} and pool.metrics()["data/easy_slot_share"] == 1.0
 
 
 def test_state_dict_resumes_exactly_through_json():
     def run(pool, steps, start=0):
         out = []
         for k in range(start, steps):
-            batch = pool.sample(8)
-            pool.update(batch, [1.0 if (i + k) % 3 == 0 else 0.5 for i in batch])
+            batch = pool.draw(k, 8)
+            pool.observe(batch, [1.0 if (i + k) % 3 == 0 else 0.5 for i in batch])
             out.append(batch)
         return out
 

@@ -1,6 +1,8 @@
 """seamless.py: MiMo's seamless rollout (waves, async reward, FIFO early termination) on stub engines and scorers.
 Run: python -m pytest tests/test_seamless.py -q   (a few seconds; no model)"""
+import os
 import random
+import sys
 import threading
 import time
 
@@ -8,6 +10,9 @@ import pytest
 
 import seamless
 from rollout import Completion, SamplingParams
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+from seamless_waste import naive_collect  # noqa: E402  (the baseline: DAPO's full-batch rounds)
 
 G = 4
 SP = SamplingParams(1.0, 1.0, 16)
@@ -72,16 +77,16 @@ def random_outcomes(seed, p_valid=0.4):
 
 def test_exact_target_no_zero_variance_and_launch_order():
     eng, score = ScriptEngine(random_outcomes(0)), StubScore(lambda t: 0.001)
-    sr = seamless.SeamlessRollout(eng, score, G, min_wave=2, max_wave=40, score_chunk=3)
+    sr = seamless.SeamlessRollout(eng, score, min_wave=2, max_wave=40, score_chunk=3)
     src = Prompts()
     for step in range(5):
-        groups = sr.collect(src, 16, SP)
+        groups = sr.collect(src, 16, G, SP)
         assert len(groups) == 16
-        for idx, ex, prompt, comps, rewards, correct in groups:
-            assert len(comps) == len(rewards) == len(correct) == G
-            assert 0 < sum(correct) < G  # never a zero-variance group
-            assert prompt == f"q{idx}" and ex == {"id": idx} and rewards == [float(c) for c in correct]
-        ids = [g[0] for g in groups]
+        for g in groups:
+            assert len(g.completions) == len(g.rewards) == len(g.correct) == G
+            assert 0 < sum(g.correct) < G  # never a zero-variance group
+            assert g.prompt == f"q{g.idx}" and g.example == {"id": g.idx} and g.rewards == [float(c) for c in g.correct]
+        ids = [g.idx for g in groups]
         assert ids == sorted(ids)  # launch order
         m = sr.last_metrics
         assert m["rollout/generated"] == sum(eng.calls[-m["rollout/gen_rounds"]:]) * G
@@ -92,11 +97,12 @@ def test_exact_target_no_zero_variance_and_launch_order():
 def test_matches_round_from_groups():
     from trainer import collect
 
-    sr = seamless.SeamlessRollout(ScriptEngine(pattern("vw")), StubScore(), G, min_wave=4, max_wave=8)
-    groups = sr.collect(Prompts(), 3, SP)
+    sr = seamless.SeamlessRollout(ScriptEngine(pattern("vw")), StubScore(), min_wave=4, max_wave=8)
+    groups = sr.collect(Prompts(), 3, G, SP)
     batch = collect.Round.from_groups(groups, G)
-    assert batch.idx == [0, 2, 4] and len(batch.comps) == len(batch.rewards) == len(batch.correct) == 3 * G
-    assert [g[:3] for g in batch.groups()] == [g[:3] for g in groups]
+    assert batch.idx == [0, 2, 4] and len(batch.completions) == len(batch.rewards) == len(batch.correct) == 3 * G
+    fields = lambda g: (g.idx, g.example, g.prompt, g.completions, g.rewards, g.correct)  # noqa: E731
+    assert [fields(g) for g in batch.groups()] == [fields(g) for g in groups]
     sr.close()
 
 
@@ -105,11 +111,11 @@ def test_fifo_waits_for_earlier_groups():
     groups 0 and 1, after waiting for group 0 -- never groups 1 and 2 because they finished first."""
     slow = 0.4
     score = StubScore(lambda texts: slow if texts[0].endswith("|0") else 0.0)
-    sr = seamless.SeamlessRollout(ScriptEngine(pattern("v")), score, G, min_wave=6, max_wave=6, score_chunk=1,
-                                  reward_threads=4, prior=1.0, prior_weight=1e6)
+    sr = seamless.SeamlessRollout(ScriptEngine(pattern("v")), score, min_wave=6, max_wave=6, score_chunk=1,
+                                  reward_threads=4, estimator=seamless.PassRateEstimator(1.0, 1e6))
     t0 = time.perf_counter()
-    groups = sr.collect(Prompts(), 2, SP)
-    assert [g[0] for g in groups] == [0, 1]
+    groups = sr.collect(Prompts(), 2, G, SP)
+    assert [g.idx for g in groups] == [0, 1]
     assert time.perf_counter() - t0 >= slow * 0.9
     m = sr.last_metrics
     assert m["rollout/gen_rounds"] == 1 and m["rollout/overshoot_waste"] == pytest.approx(4 / 6)
@@ -120,17 +126,17 @@ def test_fifo_waits_for_earlier_groups():
 def test_waste_accounting_scripted():
     # valid, invalid alternating; waves of exactly 4; target 3 -> wave 0 (q0-q3: 2 valid), wave 1 (q4-q7): the
     # third valid group is q4, so q5-q7 are overshoot.
-    sr = seamless.SeamlessRollout(ScriptEngine(pattern("vr")), StubScore(), G, min_wave=4, max_wave=4)
-    groups = sr.collect(Prompts(), 3, SP)
+    sr = seamless.SeamlessRollout(ScriptEngine(pattern("vr")), StubScore(), min_wave=4, max_wave=4)
+    groups = sr.collect(Prompts(), 3, G, SP)
     m = sr.last_metrics
-    assert [g[0] for g in groups] == [0, 2, 4]
+    assert [g.idx for g in groups] == [0, 2, 4]
     assert m["rollout/gen_rounds"] == 2 and m["rollout/generated"] == 8 * G
     assert m["rollout/sample_waste"] == pytest.approx(1 - 3 / 8)
     assert m["rollout/overshoot_waste"] == pytest.approx(3 / 8)
     assert m["rollout/groups_kept_frac"] == pytest.approx(3 / 8)
     # naive DAPO rounds of 3 prompts on the same script: rounds q0-2 (2 valid), q3-5 (q4 valid; q5 overshoot)
-    kept, nm = seamless.naive_collect(ScriptEngine(pattern("vr")), StubScore(), Prompts(), 3, G, SP)
-    assert [g[0] for g in kept] == [0, 2, 4] and nm["rollout/gen_rounds"] == 2
+    kept, nm = naive_collect(ScriptEngine(pattern("vr")), StubScore(), Prompts(), 3, G, SP)
+    assert [g.idx for g in kept] == [0, 2, 4] and nm["rollout/gen_rounds"] == 2
     assert nm["rollout/sample_waste"] == pytest.approx(1 - 3 / 6) and nm["rollout/overshoot_waste"] == pytest.approx(1 / 6)
     sr.close()
 
@@ -143,15 +149,17 @@ def test_wave_sizing_follows_estimate():
     assert est.p == pytest.approx((2 + 4) / 16)
     # frozen prior 0.25: the first wave is target / 0.25 prompts
     eng = ScriptEngine(pattern("vwww"))  # true p_valid = 0.25
-    sr = seamless.SeamlessRollout(eng, StubScore(), G, min_wave=1, max_wave=1000, prior=0.25, prior_weight=1e6)
-    sr.collect(Prompts(), 10, SP)
+    sr = seamless.SeamlessRollout(eng, StubScore(), min_wave=1, max_wave=1000,
+                                  estimator=seamless.PassRateEstimator(0.25, 1e6))
+    sr.collect(Prompts(), 10, G, SP)
     assert eng.calls[0] == 40
     sr.close()
     # learned estimate: the prior says 0.5 but the data says 0.25; the next step's first wave uses what was learned
     eng = ScriptEngine(pattern("vwww"))
-    sr = seamless.SeamlessRollout(eng, StubScore(), G, min_wave=1, max_wave=1000, prior=0.5, prior_weight=4)
+    sr = seamless.SeamlessRollout(eng, StubScore(), min_wave=1, max_wave=1000,
+                                  estimator=seamless.PassRateEstimator(0.5, 4))
     src = Prompts()
-    sr.collect(src, 10, SP)
+    sr.collect(src, 10, G, SP)
     assert eng.calls[0] == 20  # 10 / 0.5
     p = sr.last_metrics["rollout/pass_rate_est"]
     assert 0.25 <= p < 0.35
@@ -161,7 +169,7 @@ def test_wave_sizing_follows_estimate():
     nxt.new_step()  # counts carried over with decay: the next step starts from (almost) the same estimate
     assert abs(nxt.p - p) < 0.05
     n = len(eng.calls)
-    sr.collect(src, 10, SP)
+    sr.collect(src, 10, G, SP)
     assert eng.calls[n] == seamless.wave_size(10, nxt.p, 1, 1000)
     for launch in [e for e in sr.last_trace if e[0] == "launch"]:
         assert launch[4] > 0  # the estimate used for each wave is recorded
@@ -172,8 +180,9 @@ def test_overlap_generation_with_scoring():
     """Generation 2 ms per sequence, scoring 30 ms per job: waves generate while earlier ones are scored."""
     eng = ScriptEngine(random_outcomes(1), per_seq_s=0.002)
     score = StubScore(lambda t: 0.03)
-    sr = seamless.SeamlessRollout(eng, score, G, min_wave=4, max_wave=12, score_chunk=4, prior=0.4, prior_weight=1e6)
-    sr.collect(Prompts(), 8, SP)
+    sr = seamless.SeamlessRollout(eng, score, min_wave=4, max_wave=12, score_chunk=4,
+                                  estimator=seamless.PassRateEstimator(0.4, 1e6))
+    sr.collect(Prompts(), 8, G, SP)
     m = sr.last_metrics
     serial = m["rollout/gen_time_s"] + 0.03 * score.calls
     assert m["rollout/gen_rounds"] >= 2 and m["rollout/wall_s"] < 0.95 * serial
@@ -182,21 +191,20 @@ def test_overlap_generation_with_scoring():
 
 def test_inline_scoring_for_in_process_math_verify():
     score = StubScore(workers=0)  # like MathReward(workers=0): math-verify's SIGALRM needs the main thread
-    sr = seamless.SeamlessRollout(ScriptEngine(pattern("vw")), score, G, min_wave=2, max_wave=4)
+    sr = seamless.SeamlessRollout(ScriptEngine(pattern("vw")), score, min_wave=2, max_wave=4)
     assert not sr.async_reward
-    assert len(sr.collect(Prompts(), 3, SP)) == 3
+    assert len(sr.collect(Prompts(), 3, G, SP)) == 3
     assert score.threads == {threading.main_thread().name}
 
 
 def test_shape_hook_and_cap():
-    sr = seamless.SeamlessRollout(ScriptEngine(pattern("v")), StubScore(), G, min_wave=2, max_wave=2,
-                                  shape=lambda comps, r: [x - 0.5 for x in r])
-    groups = sr.collect(Prompts(), 2, SP)
-    assert groups[0][4] == [0.5, -0.5, -0.5, -0.5]
+    sr = seamless.SeamlessRollout(ScriptEngine(pattern("v")), StubScore(), min_wave=2, max_wave=2)
+    groups = sr.collect(Prompts(), 2, G, SP, shape=lambda comps, r: [x - 0.5 for x in r])
+    assert groups[0].rewards == [0.5, -0.5, -0.5, -0.5]
     sr.close()
-    sr = seamless.SeamlessRollout(ScriptEngine(pattern("rw")), StubScore(), G, min_wave=2, max_wave=4, max_groups=12)
+    sr = seamless.SeamlessRollout(ScriptEngine(pattern("rw")), StubScore(), min_wave=2, max_wave=4)
     with pytest.raises(RuntimeError, match="mixed correctness"):
-        sr.collect(Prompts(), 2, SP)
+        sr.collect(Prompts(), 2, G, SP, max_groups=12)
     sr.close()
 
 
@@ -252,13 +260,13 @@ class StreamEngine(ScriptEngine):
 
 def test_streaming_target_order_and_abort():
     eng, score = StreamEngine(random_outcomes(3)), StubScore(lambda t: 0.001)
-    sr = seamless.SeamlessRollout(eng, score, G, min_wave=2, max_wave=6, score_chunk=2)
+    sr = seamless.SeamlessRollout(eng, score, min_wave=2, max_wave=6, score_chunk=2)
     assert sr.streaming
     src = Prompts()
     for _ in range(4):
-        groups = sr.collect(src, 10, SP)
-        assert len(groups) == 10 and all(0 < sum(g[5]) < G for g in groups)
-        ids = [g[0] for g in groups]
+        groups = sr.collect(src, 10, G, SP)
+        assert len(groups) == 10 and all(0 < sum(g.correct) < G for g in groups)
+        ids = [g.idx for g in groups]
         assert ids == sorted(ids)
         assert eng.pending() == 0  # nothing left running in the engine between steps
         m = sr.last_metrics
@@ -274,9 +282,10 @@ def test_streaming_aborts_groups_in_flight():
     Scoring inline (deterministic): after step 3 groups 0-2 are scored and selected; 3 (running), 4 and 5
     (admitted as slots freed) are aborted."""
     eng = StreamEngine(pattern("v"), steps=lambda i: 1 + i, slots=4)
-    sr = seamless.SeamlessRollout(eng, StubScore(workers=0), G, min_wave=1, max_wave=100, prior=0.5, prior_weight=1e6)
-    groups = sr.collect(Prompts(), 3, SP)
-    assert [g[0] for g in groups] == [0, 1, 2]
+    sr = seamless.SeamlessRollout(eng, StubScore(workers=0), min_wave=1, max_wave=100,
+                                  estimator=seamless.PassRateEstimator(0.5, 1e6))
+    groups = sr.collect(Prompts(), 3, G, SP)
+    assert [g.idx for g in groups] == [0, 1, 2]
     assert sorted(eng.aborted) == ["r3", "r4", "r5"] and eng.pending() == 0 and eng.steps == 3
     m = sr.last_metrics
     assert m["rollout/aborted_groups"] == 3 and m["rollout/overshoot_waste"] == pytest.approx(3 / 6)
@@ -287,9 +296,10 @@ def test_streaming_fifo_waits_for_a_long_group():
     """Group 0 takes 30 engine steps, the others 1: the batch still starts with group 0 (launch order), the
     collector keeps stepping the engine (more groups admitted meanwhile) instead of returning groups 1..k."""
     eng = StreamEngine(pattern("v"), steps=lambda i: 30 if i == 0 else 1, slots=4)
-    sr = seamless.SeamlessRollout(eng, StubScore(), G, min_wave=2, max_wave=2, prior=1.0, prior_weight=1e6)
-    groups = sr.collect(Prompts(), 3, SP)
-    assert [g[0] for g in groups] == [0, 1, 2] and eng.steps >= 30
+    sr = seamless.SeamlessRollout(eng, StubScore(), min_wave=2, max_wave=2,
+                                  estimator=seamless.PassRateEstimator(1.0, 1e6))
+    groups = sr.collect(Prompts(), 3, G, SP)
+    assert [g.idx for g in groups] == [0, 1, 2] and eng.steps >= 30
     sr.close()
 
 
@@ -300,12 +310,13 @@ def test_streaming_needs_fewer_engine_steps_than_naive_rounds():
     naive_eng = StreamEngine(random_outcomes(5), steps, slots=32)
     src = Prompts()
     for _ in range(6):
-        seamless.naive_collect(naive_eng, StubScore(), src, 16, G, SP, max_rounds=50)
+        naive_collect(naive_eng, StubScore(), src, 16, G, SP, max_rounds=50)
     stream_eng = StreamEngine(random_outcomes(5), steps, slots=32)
-    sr = seamless.SeamlessRollout(stream_eng, StubScore(), G, min_wave=4, max_wave=64, prior=0.4)
+    sr = seamless.SeamlessRollout(stream_eng, StubScore(), min_wave=4, max_wave=64,
+                                  estimator=seamless.PassRateEstimator(0.4))
     src = Prompts()
     for _ in range(6):
-        sr.collect(src, 16, SP)
+        sr.collect(src, 16, G, SP)
     sr.close()
     assert stream_eng.steps < 0.8 * naive_eng.steps, (stream_eng.steps, naive_eng.steps)
 
@@ -331,10 +342,10 @@ def test_age_aware_prediction_cuts_the_surplus():
     res = {}
     for aware in (True, False):
         eng = StreamEngine(kinds, steps, slots=64)
-        sr = seamless.SeamlessRollout(eng, StubScore(workers=0), G, age_aware=aware, prior=0.5)
+        sr = seamless.SeamlessRollout(eng, StubScore(workers=0), age_aware=aware)
         src, surplus = Prompts(), []
         for s in range(8):
-            sr.collect(src, 12, SP)
+            sr.collect(src, 12, G, SP)
             if s >= 3:  # after the estimates have seen a few steps
                 surplus.append(sr.last_metrics["rollout/surplus_waste"])
         res[aware] = sum(surplus) / len(surplus)
@@ -351,14 +362,12 @@ class PartialScore(StubScore):
 
 def test_score_metric_keeps_partial_credit_groups():
     # no group has a full pass: the acc filter finds nothing, the score filter keeps the groups whose scores differ
-    acc = seamless.SeamlessRollout(ScriptEngine(pattern("w")), PartialScore(workers=0), G, min_wave=2, max_wave=8,
-                                   max_groups=16)
+    acc = seamless.SeamlessRollout(ScriptEngine(pattern("w")), PartialScore(workers=0), min_wave=2, max_wave=8)
     with pytest.raises(RuntimeError, match="mixed"):
-        acc.collect(Prompts(), 4, SP)
-    sr = seamless.SeamlessRollout(ScriptEngine(pattern("w")), PartialScore(workers=0), G, min_wave=2, max_wave=8,
-                                  filter_metric="score")
-    groups = sr.collect(Prompts(), 4, SP)
-    assert [g[0] for g in groups] == [0, 2, 4, 6] and all(not any(g[5]) for g in groups)
-    assert all(len(set(g[4])) > 1 for g in groups)
+        acc.collect(Prompts(), 4, G, SP, max_groups=16)
+    sr = seamless.SeamlessRollout(ScriptEngine(pattern("w")), PartialScore(workers=0), min_wave=2, max_wave=8)
+    groups = sr.collect(Prompts(), 4, G, SP, filter_metric="score")
+    assert [g.idx for g in groups] == [0, 2, 4, 6] and all(not any(g.correct) for g in groups)
+    assert all(len(set(g.rewards)) > 1 for g in groups)
     with pytest.raises(ValueError):
-        seamless.SeamlessRollout(ScriptEngine(pattern("w")), PartialScore(), G, filter_metric="reward")
+        sr.collect(Prompts(), 4, G, SP, filter_metric="reward")

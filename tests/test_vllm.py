@@ -227,15 +227,15 @@ def test_streaming_submit_poll_abort(hf, engine, prompts, request):
         return out
 
     score = MathReward(workers=1)
-    sr = seamless.SeamlessRollout(engine, score, 4, min_wave=2, max_wave=8)
+    sr = seamless.SeamlessRollout(engine, score, min_wave=2, max_wave=8)
     try:
         assert sr.streaming
-        groups = sr.collect(nxt, 4, SamplingParams(1.0, 1.0, 48))
+        groups = sr.collect(nxt, 4, 4, SamplingParams(1.0, 1.0, 48))
     finally:
         sr.close()
         score.close()
-    assert len(groups) == 4 and [g[0] for g in groups] == sorted(g[0] for g in groups)
-    assert all(0 < sum(g[5]) < 4 for g in groups) and engine.pending() == 0
+    assert len(groups) == 4 and [g.idx for g in groups] == sorted(g.idx for g in groups)
+    assert all(0 < sum(g.correct) < 4 for g in groups) and engine.pending() == 0
 
 
 @needs_vllm

@@ -12,53 +12,40 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 
 import dapo
-import data
+from seamless import Group, SeamlessRollout
 from tasks.templates import build_prompt, parse_template_kwargs
 from trainer.records import Rollout, StepPlan
 from trainer.stages import filter_metric_for
 
 
-class Group(NamedTuple):
-    """One prompt and its G scored completions: what dynamic sampling keeps or drops whole (seamless.py's groups are
-    the same tuples)."""
-    idx: int  # dataset index of the prompt
-    example: object  # its data.Example
-    prompt: str
-    completions: list  # (G,) rollout.Completion
-    rewards: list  # (G,)
-    correct: list  # (G,)
-
-
 @dataclass
 class Round:
-    """One generation round on this process: B prompts, their G completions each (prompt-major), rewards and
-    correctness, and `filter_values`, what dynamic sampling compares (correct, or the unshaped rewards with
-    --filter-metric score)."""
+    """One generation round on this process: B prompts and their G scored completions each, prompt-major, under
+    trainer.records.Rollout's field names, and `filter_values`, what dynamic sampling compares (correct, or the
+    unshaped rewards with --filter-metric score). A group (one prompt's slice) is a seamless.Group."""
     idx: list
-    exs: list
+    examples: list
     prompts: list
-    comps: list
+    completions: list
     rewards: list
     correct: list
-    G: int
+    group_size: int
     filter_values: list | None = None
 
     def groups(self) -> list[Group]:  # one per prompt, for dapo.DynamicSampler
-        G = self.G
-        return [Group(self.idx[i], self.exs[i], self.prompts[i], self.comps[i * G:(i + 1) * G], self.rewards[i * G:(i + 1) * G],
-                      self.correct[i * G:(i + 1) * G]) for i in range(len(self.idx))]
+        G = self.group_size
+        return [Group(self.idx[i], self.examples[i], self.prompts[i], self.completions[i * G:(i + 1) * G],
+                      self.rewards[i * G:(i + 1) * G], self.correct[i * G:(i + 1) * G]) for i in range(len(self.idx))]
 
     @staticmethod
-    def from_groups(groups, G):
-        parsed = [Group(*g) for g in groups]
-        return Round([g.idx for g in parsed], [g.example for g in parsed], [g.prompt for g in parsed],
-                     [c for g in parsed for c in g.completions], [r for g in parsed for r in g.rewards],
-                     [c for g in parsed for c in g.correct], G)
+    def from_groups(groups: list[Group], group_size: int) -> Round:
+        return Round([g.idx for g in groups], [g.example for g in groups], [g.prompt for g in groups],
+                     [c for g in groups for c in g.completions], [r for g in groups for r in g.rewards],
+                     [c for g in groups for c in g.correct], group_size)
 
 
 class Collector:
@@ -72,12 +59,9 @@ class Collector:
         self.observed: list = []  # (prompt index, pass rate) of every group generated this step
         self.seamless = None
         if self.cfg.seamless:  # (one task: --seamless and --stages do not combine)
-            import seamless
-
-            self.seamless = seamless.SeamlessRollout(  # streaming with --rollout vllm (continuous batching), else waves
-                run.engine, run.tasks[0].reward_fn, self.cfg.group_size,
-                max_wave=max(4, self.cfg.seamless_max_wave or self.cfg.batch_size // self.cfg.group_size // 2),
-                filter_metric=self.cfg.filter_metric)
+            self.seamless = SeamlessRollout(  # streaming with --rollout vllm (continuous batching), else waves
+                run.engine, run.tasks[0].reward_fn,
+                max_wave=max(4, self.cfg.seamless_max_wave or self.cfg.batch_size // self.cfg.group_size // 2))
 
     def collect(self, plan: StepPlan) -> Rollout:
         """The step's batch on this process, with every generated group's pass rate in `observed`."""
@@ -89,9 +73,9 @@ class Collector:
             batch, timeouts, n_gen = self._dynamic(plan, extra)
         else:
             batch, timeouts = self.round(plan, plan.n_prompts)
-            n_gen = len(batch.comps)
-        return Rollout(batch.idx, batch.exs, batch.prompts, batch.comps, batch.rewards, batch.correct, batch.G,
-                       timeouts=timeouts, generated=n_gen, observed=self.observed, metrics=extra)
+            n_gen = len(batch.completions)
+        return Rollout(batch.idx, batch.examples, batch.prompts, batch.completions, batch.rewards, batch.correct,
+                       batch.group_size, timeouts=timeouts, generated=n_gen, observed=self.observed, metrics=extra)
 
     def take_prompts(self, plan: StepPlan, n_global, strided=False):
         """This process's slice of the global draw: a contiguous block of whole groups, or (strided) every world-th
@@ -141,7 +125,7 @@ class Collector:
                 generated, round_timeouts = self.round(plan, n_draw)
                 # raises after --max-gen-rounds
                 sampler.add(generated.groups(), torch.tensor(generated.filter_values, dtype=torch.float64))
-                n_gen, timeouts = n_gen + len(generated.comps), timeouts + round_timeouts
+                n_gen, timeouts = n_gen + len(generated.completions), timeouts + round_timeouts
             short = torch.tensor([0.0 if sampler.full else 1.0], device=self.accelerator.device)
             if not self.accelerator.reduce(short, "sum").item():
                 break
@@ -151,9 +135,6 @@ class Collector:
     def _seamless(self, plan: StepPlan, extra):
         scheduler, world, train_set, sampling = self.seamless, self.world, plan.task.train_set, plan.sampling
         n_local = plan.n_prompts // world  # each process collects its share of the groups
-        scheduler.G = plan.group_size
-        scheduler.max_groups = n_local * self.cfg.max_gen_rounds if self.cfg.max_gen_rounds > 0 else 10**9
-        scheduler.shape = (lambda comps, r: self.shape(comps, r, sampling)) if self.cfg.overlong_buffer else None
         drawn = [0]
 
         def next_prompts(k):  # k prompts for this process: positions rank, rank + world, ... of the global draw
@@ -161,7 +142,12 @@ class Collector:
             return [(i, train_set[i], self.prompt(plan, train_set[i].prompt), train_set[i].answer)
                     for i in self.take_prompts(plan, k * world, strided=True)]
 
-        batch = Round.from_groups(scheduler.collect(next_prompts, n_local, sampling), plan.group_size)
+        groups = scheduler.collect(
+            next_prompts, n_local, plan.group_size, sampling,
+            max_groups=n_local * self.cfg.max_gen_rounds if self.cfg.max_gen_rounds > 0 else 10**9,
+            shape=(lambda comps, r: self.shape(comps, r, sampling)) if self.cfg.overlong_buffer else None,
+            filter_metric=filter_metric_for(self.cfg, plan.stage.reward))
+        batch = Round.from_groups(groups, plan.group_size)
         if world > 1:  # processes drew different amounts: all draw (and skip) up to the largest, in lockstep
             most = int(self.accelerator.reduce(torch.tensor([float(drawn[0])], device=self.accelerator.device), "max").item())
             if most > drawn[0]:
