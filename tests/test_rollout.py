@@ -342,3 +342,16 @@ def test_bf16_rollout_copy_of_a_lora_policy_is_the_merged_model(tiny_model_path)
     engine = rollout.make_engine("fast", lora.engine_view(peft_model, cfg), tok, dtype=torch.bfloat16)
     merged = lora.merged_model(peft_model).to(torch.bfloat16)
     assert samples(engine) == samples(FastEngine(merged, tok))
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--draw", "inverse-cdf", "--rollout", "hf"], "error: --draw: is the fast engine's draw"),
+    (["--rollout-dtype", "bfloat16", "--rollout-lag", "1"], "--rollout-dtype bfloat16"),
+    (["--draw", "gumbel"], "error: --draw: 'gumbel' is not one of multinomial, inverse-cdf"),
+])
+def test_rollout_speed_flags_refused_where_they_do_not_apply(argv, needle):
+    import config
+
+    with pytest.raises(SystemExit) as e:
+        config.parse_config(argv)
+    assert needle in str(e.value)
