@@ -174,3 +174,27 @@ def test_the_readme_command_is_a_valid_run():
     cfg = config.parse_config(argv[2:])
     assert cfg.model == smollm2.NAME and cfg.reward == "rg" and cfg.eval_data == cfg.train_data
     assert cfg.train_data.startswith("rg:chain_sum") and cfg.dtype == "bf16-mixed"
+
+
+def test_the_example_script_is_the_readme_run(tmp_path):
+    """examples/smollm2-135m-cpu.sh runs the README's command (the interpreter swapped for one that prints argv)."""
+    import shlex
+    import subprocess
+    import sys
+
+    import config
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    echo = tmp_path / "echo_argv"
+    echo.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    echo.chmod(0o755)
+    r = subprocess.run(["bash", "examples/smollm2-135m-cpu.sh", "--seed", "1"], cwd=root, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHON=str(echo)))
+    assert r.returncode == 0, r.stderr
+    argv = json.loads(r.stdout)
+    assert argv[0] == "train.py" and argv[-2:] == ["--seed", "1"]
+    readme = open(os.path.join(root, "README.md")).read()
+    block = readme.split("## A real model on a laptop", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    line = [c for c in (x.split("  #", 1)[0].strip() for x in block.replace("\\\n", " ").splitlines()) if c][1]
+    script, readme_cfg = config.parse_config(argv[1:-2]), config.parse_config(shlex.split(line)[2:])
+    assert vars(script) == vars(readme_cfg)
