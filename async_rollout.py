@@ -13,56 +13,26 @@ carries the version that produced it (`Pending.version`). Weights are handed ove
 producer has finished its batch, so a batch never mixes versions, and dynamic sampling's rounds (DAPO) and MiMo's
 easy pool run inside the producer on one version.
 
-Peer code, as read: verl = verl-project/verl 1dda039 (2026-08-22); AReaL = areal-project/AReaL cbff54d (2026-08-22)
-unless a date says otherwise; TRL = huggingface/trl f2cd577 (2026-07-24).
-The loss stays correct off-policy with the decoupled objective of AReaL ("decoupled PPO"), which is also verl's
-rollout correction in its *decoupled* mode with token-level IS (`RolloutCorrectionConfig.decoupled_token_is`). Three
-policies: pi_behav, the producer's theta_{k-1} that sampled the batch; pi_prox, the trainer's own weights at the start
-of the step (theta_k, detached); pi_theta, the weights being updated. The PPO clip acts on pi_theta / pi_prox, so the
-trust region is around the current policy, not a stale one, and each token's clipped term is multiplied by the
-behaviour weight w = pi_prox / pi_behav capped at C (`--tis-cap C`, 2.0 by default with a lag):
+The loss stays correct off-policy with the decoupled objective of AReaL ("decoupled PPO"; verl's rollout correction
+in its decoupled mode is the same). Three policies: pi_behav, the producer's theta_{k-1} that sampled the batch;
+pi_prox, the trainer's own weights at the start of the step (theta_k, detached); pi_theta, the weights being updated.
+The PPO clip acts on pi_theta / pi_prox, so the trust region is around the current policy, not a stale one, and each
+token's clipped term is multiplied by the behaviour weight w = pi_prox / pi_behav capped at C (`--tis-cap C`, 2.0 by
+default with a lag):
 
     loss_t = w_t * max(-A r_t, -A clip(r_t, 1 - eps_low, 1 + eps_high)),     r_t = pi_theta / pi_prox
 
-What happens above the cap is the choice the two peers make differently (`--tis-mode`, tis_weights below):
-  truncate  (default) w = min(w, C): verl's decoupled token-level IS (rollout_corr_helper's
-            compute_rollout_correction_weights clamps at rollout_is_threshold, 2.0 by default, then
-            compute_policy_loss_vanilla multiplies the loss by it); TRL's token_truncate; AReaL's action='clamp'.
-  mask      w = 0 above C, the token still counted in the denominators: AReaL's ppo_actor_loss_fn with a cap, and
-            its rejection-sampling config (level='token', action='mask', metric='ratio', upper=C). AReaL's defaults
-            by date: `behav_imp_weight_cap` defaulted to None, the raw weight uncapped (2025-05-30 to 2026-03-02);
-            the renamed `behave_imp_weight_cap` / `behave_imp_weight_mode` defaulted to 5.0 / 'token_mask'
-            (2026-03-03 to 2026-04-20); since then (`rejection_sampling`, bc9f009) rejection_sampling defaults to
-            None, and AReaL then applies no behaviour weight at all; a configured one defaults to action='mask',
-            upper=5.0.
-Truncation is the default: it keeps every sampled token's gradient with a bounded weight, is verl's preset, and is
-what the project computed before the choice existed (its pinned runs); AReaL's masking is one flag away.
-Dual clip (`--dual-clip C`, grpo.dual_clip): verl's compute_policy_loss_vanilla bounds the loss of a negative
-advantage by clip_ratio_c * |A| (3.0, always on), before the IS weight; AReaL's c_clip does the same and is off by
-default. Off by default here (none of the five papers uses it); `--dual-clip 3` reproduces verl's loss. With one
-update per rollout (mu = 1) r_t = 1 exactly, so the dual clip never binds: only with --epochs or mini-batches > 1.
-verl's *bypass* mode (compute_policy_loss_bypass_mode) is a different objective: no proximal policy, the clip acts on
-pi_theta / pi_behav directly and no weight is applied; the project does not offer it.
-Where the project still departs from the peers, with both options set to theirs (tests/test_async_rollout.py):
-  * aggregation: AReaL divides by the micro-batch's token count (weighted into a global token mean); token-mean is
-    global here as in verl. The sequence count is global in both, but verl's trainer counts every row of the
-    mini-batch and the project only the rows with a token in the loss (grpo.py's module docstring: they differ when
-    the overlong filter empties a row). verl's agg_loss divides each row by its token count + 1e-8, which changes
-    nothing in verl's own path: ppo_loss passes a bool mask, whose int64 row count + 1e-8 is a float32 that rounds
-    back to the count (tested), so verl divides by the count itself, as the project does.
-  * verl clamps log(pi_theta / pi_prox) and log(pi_prox / pi_behav) to +-20 before exponentiating; the project does
-    not (the two differ only for ratios beyond e^20, which the clip and the cap make irrelevant except as overflow).
-  * AReaL computes the weight and its cap test in float32 (apply_rejection_sampling upcasts the log-probs with
-    .float()); the project in the log-probs' dtype (float32 in train.py, float64 in the tests), so a weight within
-    float32 rounding of C can land on the other side of the cap there.
-  * AReaL's sequence-level weights and rejection (level='sequence', geometric means, KL metrics) and verl's
-    rollout_rs rejection filters are not offered; nor is AReaL's cap of 5.0 (the default `upper` of its
-    rejection-sampling config): the project's default cap is verl's rollout_is_threshold, 2.0.
+Above the cap (`--tis-mode`, tis_weights): 'truncate' (the default) w = min(w, C) keeps every sampled token's gradient
+with a bounded weight, as the project's pinned runs compute; 'mask' sets w = 0, the token still counted in the
+denominators. The dual clip (`--dual-clip C`, grpo.dual_clip) bounds a negative advantage's loss by C |A|, before the
+weight; at one update per rollout r_t = 1 and it never binds. What verl, TRL and AReaL do at each point, and where the
+project departs from them with both options set alike (tests/test_async_rollout.py): docs/peers.md.
+
 pi_behav is the sampler's own log-prob of each token (the fast engine reads it off the logits it samples
 from, `Completion.logprobs`, as AReaL and verl take the inference engine's): the distribution the token was really
 drawn from, equal to a forward pass of the producer's weights to float rounding (~1e-6; tested). The hf engine
-reports none, so with it the producer runs that forward pass over the batch after generating; measured here, that
-pass took 0.67 s a step, twice the generation, and ate most of the overlap.
+reports none, so with it the producer runs that forward pass over the batch after generating, which eats most of the
+overlap (bench/async_rollout.py measures it).
 
 The producer is a thread with its own copy of the model (and engine). Why a thread and not a process: torch releases
 the GIL inside its kernels, so with one torch thread each the producer's decode loop and the trainer's backward run
@@ -211,21 +181,14 @@ def tis_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: tor
                 mode: str = "truncate") -> torch.Tensor:
     """Truncated importance sampling (TIS): per-token min(exp(log pi_old - log pi_engine), cap), 0 where mask is 0.
 
-    mode 'truncate' (the default) caps a weight above `cap` at `cap` (TRL's vllm_importance_sampling_mode
-    'token_truncate'; verl's rollout_is='token', which clamps at rollout_is_threshold; AReaL's action='clamp');
-    'mask' drops such a token instead: weight 0, while it still counts in the loss's denominators (TRL's
-    'token_mask'; AReaL's ppo_actor_loss_fn with a cap: behav_imp_weight_cap until 2026-03-02, then
-    behave_imp_weight_mode 'token_mask', and since 2026-04-20 its rejection sampling with action='mask'). Weights
-    at or below the cap are the plain ratio in both. Peer code as read: huggingface/trl f2cd577 (2026-07-24),
-    verl-project/verl 1dda039 (2026-08-22), areal-project/AReaL cbff54d (2026-08-22) and its history; AReaL computes
-    the weight and the test in float32 (async_rollout.py's departures).
+    mode 'truncate' (the default) caps a weight above `cap` at `cap`; 'mask' drops such a token instead: weight 0,
+    while it still counts in the loss's denominators. Weights at or below the cap are the plain ratio in both (the
+    peers' modes: docs/peers.md).
 
     The engine samples with its own kernels (and maybe precision), so its distribution pi_engine differs a little
     from the trainer's pi_old even with identical weights: a rollout is slightly off-policy. Multiplying each
     token's policy-gradient term by this (detached, capped) ratio corrects for it (Yao et al. 2025, "Your
-    Efficient RL Framework Secretly Brings You Off-Policy RL Training"; TRL's `vllm_importance_sampling_correction`
-    with `vllm_importance_sampling_clip_max`; `vllm_importance_sampling_cap`, its old name, is deprecated since TRL
-    1.6.0). Off by default in the trainer. Inputs (N, T); trainer_logp are the old-policy log-probs from the
+    Efficient RL Framework Secretly Brings You Off-Policy RL Training"). Off by default in the trainer. Inputs (N, T); trainer_logp are the old-policy log-probs from the
     trainer's forward, engine_logp `Completion.logprobs` padded to T.
     """
     if mode not in TIS_MODES:

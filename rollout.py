@@ -32,14 +32,10 @@ from engines.vllm_engine import VLLMEngine
 
 
 def auto_engine(device_type: str) -> str:
-    """--rollout auto: 'fast' on the CPU, 'hf' on a GPU, the faster of the two where each was measured.
-    CPU (2 cores, the tiny model): the fast engine is about 4x HF generate (bench/generation.py, docs/speed.md).
-    H100 (bench/results/gpu_engines_h100.md): HF generate 1,615-1,731 tokens/s at Qwen2.5-0.5B shapes against the fast
-    engine's 1,297-1,340 (a host check per token) and 524-725 (every 16 tokens), 1,328 against 410 at 1.5B, and
-    train.py on the tiny model 0.7-1.4 s/step with 'hf' against 2.3-4.2 with 'fast'. On a GPU both are launch-bound
-    (a decode step's kernels take less time than the host needs to launch them), and generate launches fewer. A second
-    H100 session (bench/results/gpu_gen_static_h100.md) measured the reverse order at 0.5B (821 against 2,543): the
-    choice rests on the train.py steps; transformers' static cache (9,225 tokens/s there) is faster than both."""
+    """--rollout auto: 'fast' on the CPU, 'hf' on a GPU, the faster of the two where each was measured
+    (bench/generation.py on the CPU, bench/gpu_check.py on a GPU; the figures: docs/speed.md). On a GPU both are
+    launch-bound (a decode step's kernels take less time than the host needs to launch them), generate launches
+    fewer, and train.py's steps were faster with it."""
     return "hf" if device_type == "cuda" else "fast"
 
 

@@ -27,7 +27,7 @@ sys.path.insert(0, ROOT)
 
 SMALL = {1: (1, 10), 2: (1, 15), 3: (1, 20)}  # LEVELS number ranges of the "small numbers" candidates (today's task)
 BASE_RANGES = {1: (1, 20), 2: (1, 30), 3: (1, 50)}  # the task's ranges when the candidates were measured
-# The CountdownRecipe the candidates change (its values when they were measured, at 1eaeaf3; one micro-batch per step)
+# The CountdownRecipe the candidates change (its values when they were measured, as below; one micro-batch per step)
 # trace "guided": solve_trace's searches, what every candidate up to the "search-" ones was measured with
 BASE = dict(levels="1,2", max_tries=6, sft_steps=600, sft_batch=32, sft_micro=32, sft_problems=4000, trace="guided",
             schedule="cosine")

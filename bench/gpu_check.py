@@ -1,6 +1,6 @@
 """On a CUDA GPU, one command: every figure this project measures there, in about eight minutes on one H100, into one
-results file (bench/results/gpu_check_<device>.md, and .json beside it). Run on an H100 at commit 708b1b1, before
-`--rollout auto` chose HF generate there: bench/results/gpu_check_nvidia_h100_80gb_hbm3.md (407 s; the gen part
+results file (bench/results/gpu_check_<device>.md, and .json beside it; its header names the commit). Run on an H100
+before `--rollout auto` chose HF generate there: bench/results/gpu_check_nvidia_h100_80gb_hbm3.md (407 s; the gen part
 reached its limit before the static-cache row, and the TRL part's settings check then also compared the CPU thread
 count, which no longer counts on a GPU). The CPU dry run below is what the test suite runs.
 

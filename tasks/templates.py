@@ -50,8 +50,7 @@ def build_prompt(tokenizer, question: str, kind: str = "math", template: str = "
     template 'auto' with kind 'math-dapo' is 'dapo'; a code question keeps its instruction under any template but
     'qwen-math' and 'r1-zero' (math templates: refused by check_template). template_kwargs: extra variables for the
     chat template (`--chat-template-kwargs`, e.g. Qwen3's {"enable_thinking": false}), passed to
-    apply_chat_template as TRL's `chat_template_kwargs` (f2cd577, 2026-07-24) and verl's `apply_chat_template_kwargs`
-    (1dda039, 2026-08-22) are."""
+    apply_chat_template as TRL's `chat_template_kwargs` and verl's `apply_chat_template_kwargs` are (docs/peers.md)."""
     has_chat = bool(getattr(tokenizer, "chat_template", None))
     if template == "auto":
         template = "dapo" if kind == "math-dapo" else "chat" if has_chat else "plain"

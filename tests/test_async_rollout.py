@@ -159,7 +159,7 @@ def test_lag_refuses_what_it_cannot_do(trained_model_path, tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------------
-# The decoupled loss's options against hand-computed float64 values (async_rollout.py's docstring)
+# The decoupled loss's options against hand-computed float64 values (async_rollout.py's docstring, docs/peers.md)
 # ------------------------------------------------------------------------------------------------
 # Two responses, eps_low 0.2, eps_high 0.28, cap C = 2. Row 0: A = -1, three tokens; row 1: A = +2, two tokens (+ pad).
 #   r = pi_theta / pi_prox        row 0: 1.5, 4.0, 0.5      row 1: 1.1, 1.3
@@ -253,7 +253,7 @@ def test_tis_weight_exactly_at_the_cap_is_kept(dtype):
 def test_areal_float32_cap_test_can_drop_a_weight_at_the_cap():
     """AReaL (cbff54d) computes the weight and its cap test in float32 (apply_rejection_sampling: `.float()`, then
     `metric <= upper`); with float64 log-probs a weight exactly at C in float64 can round above C there and be
-    dropped, while async_rollout.tis_weights keeps it (async_rollout.py's departures)."""
+    dropped, while async_rollout.tis_weights keeps it (docs/peers.md)."""
     d = 1.4550795027098296  # log w, found by a search: exp(d) in float64 is C, in float32 just above C
     cap = math.exp(d)
     prox, behav = torch.tensor([[d]], dtype=torch.float64), torch.zeros(1, 1, dtype=torch.float64)

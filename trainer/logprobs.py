@@ -120,7 +120,7 @@ def chunked_token_logprobs(hidden, weight, tokens, bias=None, temperature: float
         backward only when its gradient is used (an entropy bonus); logging it alone adds no backward work.
       * rows are whatever the caller passes: callers drop prompt and padding positions before calling.
     (verl's fused kernels, LinearCrossEntropy from hidden states and the LM-head weight, and Liger's fused linear
-    cross-entropy do the same; TRL's own selective_log_softmax (huggingface/trl f2cd577, 2026-07-24) loops over rows
+    cross-entropy do the same; TRL's own selective_log_softmax (docs/peers.md) loops over rows
     to avoid a full log-softmax copy, but takes the model's full logits: TRL avoids them only through Liger.)
     """
     shape = tokens.shape

@@ -5,9 +5,8 @@
 
 Notable features
   * `wrap`: peft's `get_peft_model` with `LoraConfig(r, alpha, dropout, target_modules)`; default targets "all-linear"
-    (peft: every nn.Linear of the decoder, the LM head excluded), as verl's LoRA guide (verl-project/verl 1dda039,
-    2026-08-22, docs/advance/ppo_lora.rst: all-linear, r 32, alpha 32) and TRL's "LoRA without regret" (huggingface/trl
-    f2cd577, 2026-07-24, docs: all-linear, alpha 32) use. The base keeps the dtype it was
+    (peft: every nn.Linear of the decoder, the LM head excluded), as verl's LoRA guide and TRL's "LoRA without
+    regret" use (docs/peers.md). The base keeps the dtype it was
     loaded in (train.py loads it in bf16 under bf16-mixed: no fp32 master copy of frozen weights); peft keeps the
     adapters in fp32 (`autocast_adapter_dtype`), so only they and their AdamW states cost fp32.
     The adapters' initialisation (A: Kaiming-uniform, B: 0, peft's default) draws from its own seeded stream, so
@@ -48,9 +47,8 @@ ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_NAME = "default"  # peft's name of the one adapter
 # LoRA's lr default = LR_SCALE x full fine-tuning's: TRL's "LoRA without regret" (Schulman et al. 2025) finds LoRA's
 # best lr ~10x full fine-tuning's, in RL as in SFT, at alpha 32 with 1/r scaling (independent of the rank); its GRPO
-# example uses 1e-5 with LoRA, 1e-6 without (TRL f2cd577, 2026-07-24). verl's LoRA guide (1dda039, 2026-08-22) says to
-# raise the lr by an order of magnitude, and its reference configuration (Qwen2.5-72B, r 32) uses 3e-5; its GRPO
-# LoRA example (Qwen3-8B, r 64) keeps 3e-6.
+# example uses 1e-5 with LoRA, 1e-6 without; verl's LoRA guide says to raise the lr by an order of magnitude
+# (docs/peers.md).
 LR_SCALE = 10.0
 # An lr below this with LoRA is full-fine-tuning-sized (the papers' 1e-6 to 3e-6 for 7B-32B): train.py warns.
 FULL_FT_LR = 1e-5
