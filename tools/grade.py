@@ -27,10 +27,7 @@ are the code ones (tasks.templates.build_prompt kind "code"), `--model` empty is
 JSONL file in the code schema (coding/code_reward.py); each output row is the input row as read (question, tests or
 input_output, fn_name, id, ...; for the built-in task its problem dict plus `level`, the task's own level) plus the
 three fields above, in JSONL, which coding/problems.py (train.py --reward code) reads back with `level` =
-difficulty. Measured (2 shared CPU cores, load 5-7): 100 built-in code problems x 8 samples with the tiny model,
-60 s wall (median of 3: 47, 60, 63 s); 43 all-right, 27 all-wrong, 30 mixed; Spearman rho between the graded
-difficulty and the task's own level (its number of clauses, 1-3) +0.882 (seed 0; +0.836 with --batch-prompts 16,
-other sampling seeds). Mean pass rate by task level: 1.00, 0.26, 0.08.
+difficulty. Its time and its agreement with the task's own levels on the built-in code task: docs/internals.md.
 
 Levels, precisely. Sort the n problems easiest first (highest pass rate first); problem i (0-based) occupies the
 unit interval [i, i + 1) of [0, n), and a block of T tied problems, E of them strictly easier, occupies [E, E + T).

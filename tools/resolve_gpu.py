@@ -5,7 +5,7 @@ extra for Linux x86-64, wheels only, against PyPI alone, and what it would insta
     python -m tools.resolve_gpu --python 3.12 --glibc 2.31 --report /tmp/gpu.json
 
 pip reads the wheels' own metadata (PEP 658: the METADATA files, not the gigabytes of wheels), so it needs PyPI only
-and takes one to a few minutes, network-bound (66 to 329 s measured on a shared machine). The machine's pip configuration (extra indexes, local wheel directories, constraints) is
+and takes one to a few minutes, network-bound. The machine's pip configuration (extra indexes, local wheel directories, constraints) is
 left out (PIP_CONFIG_FILE=/dev/null, no PIP_* settings but the certificate and timeout), so the answer is PyPI's, as a
 fresh virtual environment on a GPU node sees it. `--platform` lists every manylinux tag up to the glibc given: pip
 matches the tags literally. Prints the versions of torch, vllm, transformers, accelerate, peft, triton, flashinfer,

@@ -27,23 +27,15 @@ Notable features
     default system turn, generation_config EOS [<|im_end|>, <|endoftext|>] with Qwen2.5-Instruct's sampling
     defaults), an embedding with more rows than the tokenizer has tokens, and the same cold start in chat form: the
     built-in task's solutions as assistant turns ending in <|im_end|>, a share of them the bare boxed answer.
-    models/tiny-qwen2-chat (1.39M parameters, 5.6 MB; 1,200 SFT steps of 64 = 76,800 examples, half the answers
-    bare: 22 minutes on 2 cores) answers in the \\boxed{} format and ends its turn; held-out greedy accuracy before RL
-    0.625 (400 problems; level 1 0.90 ... level 5 0.40), 0.975 after 40 GRPO steps (288 s). Cold starts tried, 40
-    GRPO steps each: 900 steps of 32 could not copy operands (0.083 -> 0.107); 900 of 64 copied the first ones but
-    not later ones in long sums (0.372 -> 0.550); 900 of 64 with 70% bare answers 0.540 -> 0.643; 1,800 of 64
-    started too strong for RL to add anything (0.848 -> 0.803).
-    models/tiny-qwen2-think's template opens <think> in the generation prompt (Qwen3-Thinking, DeepSeek-R1-Distill)
-    and its turns reason inside the thought, close it, then box the answer (the bare answers: an empty thought);
-    the same recipe (1,200 steps of 64, half bare): 0.755 before RL, 1.000 after 40 GRPO steps (289 s), every
-    answer then worked inside the thought. Its 900-step, 70%-bare build went 0.190 -> 0.278. Built and shipped like
-    the others.
+    models/tiny-qwen2-chat (1.39M parameters; 1,200 SFT steps of 64 = 76,800 examples, half the answers bare)
+    answers in the \\boxed{} format and ends its turn. models/tiny-qwen2-think's template opens <think> in the
+    generation prompt (Qwen3-Thinking, DeepSeek-R1-Distill) and its turns reason inside the thought, close it, then
+    box the answer (the bare answers: an empty thought); the same recipe. Built and shipped like the others; their
+    accuracy before and after RL, and the cold starts tried: docs/real_models.md.
   * The Countdown model (CountdownRecipe, `--countdown`), shipped: models/tiny-qwen2-countdown (1.0M parameters,
     3.9 MB). Level 1 (three numbers, two steps), 800 SFT steps of 64 searches by attempt_trace (whole attempts,
     each checked beside its result; at most 8, a quarter of them a solution not yet tried), a warm-up / hold /
-    linear-decay schedule: ~12 minutes on one core. Given a search it says "yes" with p 0.92 where the attempt makes
-    the target and 0.02 where not; its own attempts end in the target 7.3 % of the time (chance 6 %); held-out
-    avg@4 0.225 at 128 tokens, which 200 GRPO steps raise to 0.37-0.40 (docs/countdown.md). Earlier builds, kept
+    linear-decay schedule; what it has learned and what GRPO adds: docs/countdown.md. Earlier builds, kept
     as fields: search_trace's searches of levels 1-3 ("search", 1,200 steps: 80-96 % of their claims of the target
     false, and GRPO lowered them) and solve_trace's ("guided").
 
