@@ -3,9 +3,9 @@
     L_C3PO(theta) = -E[ 1/Phi sum_{i in S} sum_t 1[y_it in Y] ( min(r_it A_i, clip(r_it, 1-eps, 1+eps) A_i)
                                                                - beta D_KL,it ) ]   s.t. |Y| = Phi          (Eq. 2)
     S = (y_1..y_n) from the step's responses B with sum_{j<n} |y_j| < Phi <= sum_{j<=n} |y_j|                (Eq. 3)
-    r_it     = pi_theta(o_it | q, o_i,<t) / pi_theta_old(o_it | q, o_i,<t)                       (importance ratio)
-    A_i      = (R_i - mean(R_1..R_G)) / (std(R_1..R_G) + delta)                       (group-relative advantage)
-    D_KL,it  = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1                             (k3 estimator, always >= 0)
+    r_it     = pi_theta(o_it | q, o_i,<t) / pi_theta_old(o_it | q, o_i,<t)          (importance ratio)
+    A_i      = (R_i - mean(R_1..R_G)) / (std(R_1..R_G) + delta)                     (group-relative advantage)
+    D_KL,it  = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1                           (k3 estimator, always >= 0)
 
     paper             code                        shape     (B prompts, G samples each, N = B*G responses, T tokens)
     R_i               rewards                     (N,)      grouped as consecutive runs of G

@@ -3,9 +3,9 @@
     J(theta) = E_q [ 1/sum_i|o_i| sum_i sum_t min( r_it * A_i , clip(r_it, 1-eps_low, 1+eps_high) * A_i ) ]   (Eq. 12)
                s.t. 0 < |{o_i : is_equivalent(a, o_i)}| < G                                                  (Eq. 11)
     R_length(y) = 0 if |y| <= L_max - L_cache; ((L_max - L_cache) - |y|) / L_cache if <= L_max; -1 else    (Eq. 13)
-    r_it     = pi_theta(o_it | q, o_i,<t) / pi_theta_old(o_it | q, o_i,<t)                       (importance ratio)
-    A_i      = (R_i - mean(R_1..R_G)) / (std(R_1..R_G) + delta)                       (group-relative advantage)
-    D_KL,it  = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1                             (k3 estimator, always >= 0)
+    r_it     = pi_theta(o_it | q, o_i,<t) / pi_theta_old(o_it | q, o_i,<t)          (importance ratio)
+    A_i      = (R_i - mean(R_1..R_G)) / (std(R_1..R_G) + delta)                     (group-relative advantage)
+    D_KL,it  = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1                           (k3 estimator, always >= 0)
 
     paper             code                        shape     (B prompts, G samples each, N = B*G responses, T tokens)
     R_i               rewards                     (N,)      grouped as consecutive runs of G

@@ -1,9 +1,9 @@
 """GRPO: group-relative policy optimisation (DeepSeekMath, arXiv 2402.03300, Sec. 4.1), the core of all five recipes.
 
     J(theta) = E_q [ 1/G sum_i 1/|o_i| sum_t ( min( r_it * A_i , clip(r_it, 1-eps, 1+eps) * A_i ) - beta * D_KL,it ) ]
-    r_it     = pi_theta(o_it | q, o_i,<t) / pi_theta_old(o_it | q, o_i,<t)                       (importance ratio)
-    A_i      = (R_i - mean(R_1..R_G)) / (std(R_1..R_G) + delta)                       (group-relative advantage)
-    D_KL,it  = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1                             (k3 estimator, always >= 0)
+    r_it     = pi_theta(o_it | q, o_i,<t) / pi_theta_old(o_it | q, o_i,<t)          (importance ratio)
+    A_i      = (R_i - mean(R_1..R_G)) / (std(R_1..R_G) + delta)                     (group-relative advantage)
+    D_KL,it  = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1                           (k3 estimator, always >= 0)
 
     paper             code                        shape     (B prompts, G samples each, N = B*G responses, T tokens)
     R_i               rewards                     (N,)      grouped as consecutive runs of G

@@ -3,9 +3,9 @@
     J(theta) = E_q [ 1/G sum_i min( s_i * A_i , clip(s_i, 1-eps_low, 1+eps_high) * A_i ) ]                     (Eq. 5)
     s_i      = (pi_theta(o_i|q) / pi_old(o_i|q))^(1/|o_i|) = exp( 1/|o_i| sum_t log r_it )                       (Eq. 7)
     s_it     = sg[s_i] * pi_theta(o_it | q, o_i,<t) / sg[pi_theta(o_it | q, o_i,<t)]          (GSPO-token, Eq. 14)
-    r_it     = pi_theta(o_it | q, o_i,<t) / pi_theta_old(o_it | q, o_i,<t)                       (importance ratio)
-    A_i      = (R_i - mean(R_1..R_G)) / (std(R_1..R_G) + delta)                       (group-relative advantage)
-    D_KL,it  = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1                             (k3 estimator, always >= 0)
+    r_it     = pi_theta(o_it | q, o_i,<t) / pi_theta_old(o_it | q, o_i,<t)          (importance ratio)
+    A_i      = (R_i - mean(R_1..R_G)) / (std(R_1..R_G) + delta)                     (group-relative advantage)
+    D_KL,it  = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1                           (k3 estimator, always >= 0)
 
     paper             code                        shape     (B prompts, G samples each, N = B*G responses, T tokens)
     R_i               rewards                     (N,)      grouped as consecutive runs of G
