@@ -1,21 +1,21 @@
-"""The run's settings: every flag of train.py, the papers' recipes, their checks and the command line.
+"""The flags and the recipes: every flag of train.py, each paper's settings, and the command line that reads them.
 
-    python train.py --help                      # every flag, by group, with its meaning, default and choices
+    python train.py --help                      # the flags a first run uses, then every flag by group
     python train.py --recipe dapo --lr 3e-6     # a recipe sets a paper's defaults; a flag given still wins
 
-Each field of `Config` is declared once, with everything about it: its --help group, default, help text, choices and
-check (`flag(GROUP, default, help, choices=..., check=...)`); `build_parser` makes the command line from the fields and
-`Config.validate` runs the fields' own checks, then the rules that relate two or more flags. Adding a flag is one
-edit here (and reading it where it acts). `RECIPES` holds each paper's choices (its idea file's `PAPER`, lengths
-scaled to the built-in task), `parse_config` applies a recipe, LoRA's learning-rate default and a resumed run's saved
-settings (runs.py), in that order.
+Each field of `Config` is declared once, with everything about it (`flag(GROUP, default, help, choices=..., check=...,
+resume=..., core=...)`): its --help group, default, text and choices, the check of its value, what --resume does when
+the command line changes it (runs.RESUME_RULES), and whether --help lists it among the first flags. `build_parser`
+makes the command line from the fields, `Config.validate` runs their checks and the rules between flags
+(trainer/checks.py), runs.resumed applies the resume rules: adding a flag is one edit here (and reading it where it
+acts). `RECIPES` holds each paper's choices (its idea file's `PAPER`, lengths scaled to the built-in task);
+`parse_config` reads the command line over a recipe's defaults (then Countdown's, reasoning-gym's, LoRA's learning
+rate, --rollout-lag's cap, in that order), or over a resumed run's saved settings (runs.resumed).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
-import os
 from dataclasses import dataclass, field
 
 import c3po
@@ -27,6 +27,11 @@ import runs
 from engines.stops import read_stops
 from tasks.templates import TEMPLATES, parse_template_kwargs
 from tools.cli import THREADS, ArgParser
+from tools.tiny import builtin_paths
+from trainer import checks, lora
+from trainer.checks import (PROBABILITY, TEMPERATURE, above, at_least, number, run_dir, tracker_installed,
+                            vllm_installed, within)
+from trainer.stages import REWARDS
 
 
 # Each paper's choices. A recipe's loss and mechanism settings are its idea file's `PAPER` (grpo.py, dapo.py, c3po.py,
@@ -37,10 +42,9 @@ from tools.cli import THREADS, ArgParser
 # Anything not listed keeps the Config default (GRPO): reward 1/0, eps 0.2/0.2, one update per rollout (mu = 1),
 # --filter-metric auto (correctness; the partial scores under code-strict / code-soft), greedy + avg@4 evaluation.
 # mu (updates per rollout) = batch_size / mini_batch_size: DAPO, MiMo and Compass make 16 (mini-batch = 1/16 of the
-# rollout: 512 of 8192 responses in DAPO's verl script, verl-recipe 48ea0a7 dapo/run_dapo_qwen2.5_32b.sh; 32 of 512
-# prompts in MiMo, 32 of 128 in Compass), scaled
-# here to mini-batches of 16 of the 256 responses. Measured on the built-in task at the default lr 1e-4: mu = 16
-# still learns and clip-higher acts (clip fractions > 0 on every step; README "Recipes").
+# rollout: 512 of 8192 responses in DAPO's verl recipe script, docs/peers.md; 32 of 512 prompts in MiMo, 32 of 128 in
+# Compass), scaled here to mini-batches of 16 of the 256 responses; at the default lr mu = 16 still learns and
+# clip-higher acts (docs/recipes.md).
 MU16 = dict(mini_batch_size=16)
 
 
@@ -63,7 +67,7 @@ RECIPES = {
     # --template dapo --reward math-dapo). The other papers do not print theirs [unspecified]: their recipes keep
     # 'auto' (the tokenizer's chat template, else plain) and the \boxed{} reward, so that the recipes compare.
     "grpo": dict(**grpo.PAPER),  # DeepSeekMath GRPO without KL (grpo.PAPER; add --kl-coef 0.04 for the original)
-    "dapo": dict(  # DAPO Sec. 3, Alg. 1 and verl's DAPO recipe scripts (verl-project/verl-recipe 48ea0a7, 2026-08-05)
+    "dapo": dict(  # DAPO Sec. 3, Alg. 1 and verl's DAPO recipe scripts (docs/peers.md)
         algorithm="dapo",
         **scaled(dapo.PAPER, overlong_buffer=16, max_new_tokens=64),  # L_cache 4096 of L_max 20480 -> 16 of 64 tokens
         **MU16),  # 16 updates per rollout (train batch 512 prompts x 16, ppo_mini_batch_size 32 prompts)
@@ -107,22 +111,21 @@ RECIPES = {
         algorithm="cispo", **cispo.PAPER,
         **MU16,  # Sec. 3.1: 16 rounds of off-policy updates per generation batch
         # lr scaled to the tiny model as every recipe's is, but a quarter of the others' 1e-4: CISPO has no trust region
-        # (no token's gradient is ever dropped), so 16 updates at 1e-4 move the policy 16 full steps and collapsed it
-        # (0.270 -> 0.155); at 2.5e-5 it learns (README "Recipes": the measurements). M1 itself lowered its
-        # clip and grad clip against collapse (Sec. 5); the learning rate is this project's lever
+        # (no token's gradient is ever dropped), so 16 updates at 1e-4 move the policy 16 full steps and collapsed it;
+        # at 2.5e-5 it learns (docs/recipes.md: the measurements). M1 itself lowered its clip and grad clip against
+        # collapse (Sec. 5); the learning rate is this project's lever
         lr=2.5e-5),
 }
 
 # The Countdown task's defaults (tasks/countdown.py, the model tools/tiny.py CountdownRecipe): set when the run trains
 # on builtin-countdown or gives --reward countdown (a flag given still wins). The shipped cold start searches level 1
 # by whole attempts of ~24 tokens (8 at most in its SFT searches: up to ~220 tokens); the length limit of 128 tokens
-# lets a search make four or five, so that finding the target sooner is what the reward pays for: 40-56 % of the first
-# steps' responses reach it (GRPO on the same cold start gained 0.11-0.17 avg@4 at 128 tokens, 0.13 at 96, nothing
-# at 320: docs/countdown.md). 16 prompts x 8 a step and 200 steps: 494 s on a quiet 2-core VM. The recipes'
+# lets a search make four or five, so that finding the target sooner is what the reward pays for (the limits and
+# learning rates tried, and what each run gained: docs/countdown.md). 16 prompts x 8 a step, 200 steps. The recipes'
 # length-scaled values grow with the limit (COUNTDOWN_SCALE) and their learning rates by COUNTDOWN_LR_SCALE.
 COUNTDOWN = dict(reward="countdown", max_new_tokens=128, eval_problems=200, batch_size=128, max_steps=200, eval_every=50)
 COUNTDOWN_SCALE = ("overlong_buffer", "token_budget")  # x 128 / 64 under the Countdown defaults
-COUNTDOWN_LR_SCALE = 3  # GRPO on the shipped cold start: 3e-4 gained (0.225 -> 0.398), 5e-4 and 1e-3 fell within 50 steps
+COUNTDOWN_LR_SCALE = 3  # GRPO on the shipped cold start: 3e-4 learned, 5e-4 and 1e-3 fell (docs/countdown.md)
 
 
 def countdown_defaults(recipe: dict) -> dict:
@@ -141,7 +144,8 @@ def countdown_defaults(recipe: dict) -> dict:
     return out
 
 
-# --help groups, in this order
+# --help groups, in this order, after the flags a first run uses (flag(..., core=True))
+CORE = "the flags a first run uses (every other flag below, by group)"
 DATA = "model and data"
 RUN = "run directory, checkpoints, resume"
 ROLLOUT = "rollout"
@@ -152,101 +156,37 @@ RECIPE = "recipe techniques (--recipe NAME sets a paper's; a flag given still wi
 SCALE = "memory and scale"
 EVAL = "evaluation and logging"
 GROUPS = (DATA, RUN, ROLLOUT, REWARD, LOSS, OPTIM, RECIPE, SCALE, EVAL)
-REWARDS = ("math", "math-strict", "math-dapo", "code", "code-strict", "code-soft", "countdown", "rg")
 
 
-def flag(group: str, default, help: str, choices: tuple | None = None, check=None):
-    """A Config field: its --help group, default and text, the values it may take (shown in --help, checked), and
-    `check(value)`, which returns what is wrong with a value (falsy when nothing is)."""
-    return field(default=default, metadata={"group": group, "help": help, "choices": choices, "check": check})
-
-
-# The values a flag may take. Each check returns what is wrong with a value (falsy when nothing is); every float flag
-# must also be finite (Config.validate, number()). evaluate.py and the tools use the same checks through number().
-def at_least(lo, note: str = ""):
-    return lambda v: not v >= lo and f"must be >= {lo}{' ' + note if note else ''}, got {v}"
-
-
-def above(lo, note: str = ""):
-    return lambda v: not v > lo and f"must be > {lo}{' ' + note if note else ''}, got {v}"
-
-
-def within(lo, hi, low_open: bool = False, high_open: bool = False, note: str = ""):
-    """lo <= v <= hi, either end open."""
-    def check(v):
-        ok = (v > lo if low_open else v >= lo) and (v < hi if high_open else v <= hi)
-        span = f"{'(' if low_open else '['}{lo}, {hi}{')' if high_open else ']'}"
-        return not ok and f"must be in {span}{' ' + note if note else ''}, got {v}"
-    return check
-
-
-PROBABILITY = within(0, 1, low_open=True)  # top-p and shares of memory: 0 < p <= 1
-TEMPERATURE = above(0, "(a temperature of 0 is greedy decoding: every sample of a group would be the same, every "
-                       "advantage 0 and nothing learned; for a greedy evaluation use --eval-samples 0)")
-
-
-def number(typ, check=None):
-    """An argparse `type`: the text parsed as `typ`, finite, and passing `check`; a bad value is argparse's one error
-    line (tools.cli.ArgParser), before anything runs. For the scripts whose flags are not Config fields."""
-    import math
-
-    def parse(text: str):
-        v = typ(text)
-        msg = (typ is float and not math.isfinite(v) and f"must be a finite number, got {v}") or (check and check(v))
-        if msg:
-            raise argparse.ArgumentTypeError(msg)
-        return v
-    parse.__name__ = typ.__name__  # argparse's "invalid int value" for text that is not a number
-    return parse
-
-
-def run_dir(v: str):
-    """What stops train.py from making and writing the run directory `v`: a file on its path, or a place where no
-    directory can be made (/proc, a read-only disk). Tried with an empty directory made there and removed at once."""
-    import tempfile
-
-    where = os.path.normpath(v)
-    while not os.path.isdir(where or "."):
-        if os.path.exists(where):
-            return f"{v} is a file, not a directory" if where == os.path.normpath(v) else (
-                f"cannot make {v}: {where} is a file, not a directory")
-        where = os.path.dirname(where)
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".grpo-recipes-probe-", dir=where or "."))
-    except OSError as e:
-        return f"cannot make {v}: no directory can be made in {where or '.'} ({e.strerror})"
-
-
-def vllm_installed(v: str):
-    import importlib.util
-
-    return v == "vllm" and importlib.util.find_spec("vllm") is None and \
-        "the vllm package is not installed (GPU: pip install -e '.[gpu]'; CPU: pip install -e '.[vllm]')"
-
-
-def tracker_installed(name: str):
-    import importlib.util
-
-    return name != "none" and importlib.util.find_spec(name) is None and \
-        f"the {name} package is not installed (pip install {name})"
+def flag(group: str, default, help: str, choices: tuple | None = None, check=None, resume: str = "checked",
+         core: bool = False):
+    """A Config field: its --help group, default and text, the values it may take (shown in --help, checked),
+    `check(value)`, which returns what is wrong with a value (falsy when nothing is; trainer/checks.py), what --resume
+    does when the command line changes it (runs.RESUME_RULES: 'free', 'checked' or 'fixed'), and `core`: --help lists
+    it first, among the flags a first run uses."""
+    if resume not in runs.RESUME_RULES:
+        raise ValueError(f"flag: resume={resume!r} is not one of {', '.join(runs.RESUME_RULES)}")
+    return field(default=default, metadata={"group": group, "help": help, "choices": choices, "check": check,
+                                            "resume": resume, "core": core})
 
 
 @dataclass
 class Config:
     # --- model and data ---
     model: str = flag(DATA, "", "model path or hub name; empty = the shipped tiny Qwen2 (models/tiny-qwen2; with a "
-                                "code reward -code, with --reward countdown the Countdown model)")
+                                "code reward -code, with --reward countdown the Countdown model)",
+                      resume="fixed", core=True)
     train_data: str = flag(DATA, "builtin", "'builtin' (the built-in task of the reward's kind: math, code with a code "
                                             "reward, Countdown with --reward countdown), 'builtin-math', "
                                             "'builtin-code', 'builtin-countdown' (its levels: "
                                             "'builtin-countdown:1', ...), a reasoning-gym task "
                                             "('rg:chain_sum?max_digits=2': tasks/rg.py; --reward rg), or a "
-                                            ".jsonl/.json/.parquet file or hub dataset name")
+                                            ".jsonl/.json/.parquet file or hub dataset name", resume="fixed", core=True)
     eval_data: str = flag(DATA, "builtin", "'builtin' (held-out split of the built-in task of the reward's kind), "
                                            "'builtin-math', 'builtin-code', 'builtin-countdown' (with "
                                            "--train-data builtin-countdown:LEVELS, those levels), or a file / hub "
-                                           "dataset name")
-    eval_split: str = flag(DATA, "test", "split to use when --eval-data is a hub dataset")
+                                           "dataset name", resume="fixed", core=True)
+    eval_split: str = flag(DATA, "test", "split to use when --eval-data is a hub dataset", resume="fixed")
     train_problems: int = flag(DATA, 0, "use only the first N training problems (0 = all; the built-in tasks draw "
                                         "20,000): a small pool is seen for several epochs, as the papers' data is",
                                check=at_least(0, "(0 = all)"))
@@ -254,46 +194,49 @@ class Config:
                                        "template if it has one, else plain; with --reward math-dapo, dapo), chat, "
                                        "plain, qwen-math (Qwen2.5-Math's system prompt), r1-zero "
                                        "(DeepSeek-R1-Zero's), dapo (DAPO's 'Answer:' line)",
-                         choices=tuple(TEMPLATES))
-    system_prompt: str = flag(DATA, "", "system prompt for the chat templates (a first paragraph for the plain ones)")
+                         choices=tuple(TEMPLATES), resume="fixed")
+    system_prompt: str = flag(DATA, "", "system prompt for the chat templates (a first paragraph for the plain ones)",
+                              resume="fixed")
     chat_template_kwargs: str = flag(DATA, "", "JSON object of chat template switches passed to apply_chat_template, "
                                                "e.g. '{\"enable_thinking\": false}' for Qwen3 (TRL's "
                                                "chat_template_kwargs); '' = none. A prompt that leaves a thought open "
                                                "(R1-Distill's <think>) makes a response without </think> a format "
                                                "error (reward.py, Thoughts)",
-                                     check=lambda v: parse_template_kwargs(v) and None)  # not JSON: one error line
+                                     check=lambda v: parse_template_kwargs(v) and None,  # not JSON: one error line
+                                     resume="fixed")
     stop: str = flag(DATA, "", "stop strings, '||'-separated, the escapes \\n \\t \\r \\\\ read (e.g. "
                                "'</answer>||\\nUser:'; '\\boxed' stays as typed): a response ends right after the "
                                "token that completes one, the string kept. Stop tokens need no flag: the tokenizer's "
                                "EOS, the model's generation_config EOS list and the chat template's end of turn")
     # --- run directory, checkpoints, resume ---
     output_dir: str = flag(RUN, "runs/default", "run directory (metrics, curves, samples, checkpoints, summary)",
-                           check=run_dir)
+                           check=run_dir, resume="free", core=True)
     max_steps: int = flag(RUN, 40, "number of RL steps (one step = one rollout batch)",
-                          check=at_least(1))
+                          check=at_least(1), resume="free", core=True)
     seed: int = flag(RUN, 0, "seed for data order, sampling and initialisation: same seed, same run",
-                     check=at_least(0))
+                     check=at_least(0), resume="fixed", core=True)
     save_every: int = flag(RUN, 20, "checkpoint every N steps and at the end (0 = only at the end); Ctrl-C loses the "
                                     "steps since the last",
-                           check=at_least(0))
+                           check=at_least(0), resume="free", core=True)
     keep_checkpoints: int = flag(RUN, 2, "keep the newest N checkpoints (0 = all)",
-                                 check=at_least(0))
+                                 check=at_least(0), resume="free")
     overwrite: bool = flag(RUN, False, "replace the run already in --output-dir (without it, a new run there stops "
-                                       "with an error)")
+                                       "with an error)", resume="free", core=True)
     resume: str = flag(RUN, "", "checkpoint directory to resume from, or 'auto' for the newest in --output-dir (none: "
                                 "start fresh). The checkpoint's settings are the run's: flags that would change the "
-                                "run are refused (runs.py)")
+                                "run are refused (runs.py)", resume="free", core=True)
     resume_override: bool = flag(RUN, False, "with --resume: apply flags that change the run anyway, one warning line "
-                                             "each (the model, data, recipe, seed and evaluation still cannot change)")
+                                             "each (the model, data, recipe, seed and evaluation still cannot change)",
+                                 resume="free")
     # --- rollout ---
     rollout: str = flag(ROLLOUT, "auto", "generation engine: 'auto' ('fast' on the CPU, 'hf' on a GPU: the faster one "
                                          "where each was measured, rollout.auto_engine), 'fast' (engines.hf.FastEngine:"
                                          " transformers' forward in a plain decode loop, the samples of 'hf' token for "
-                                         "token, ~4x faster on the tiny model on 2 CPU cores, slower than 'hf' on an "
-                                         "H100), 'hf' (transformers generate, the reference) or 'vllm' (colocated in "
-                                         "each training process)",
+                                         "token, faster on the tiny model on a CPU, slower than 'hf' on a large GPU: "
+                                         "docs/speed.md), 'hf' (transformers generate, the reference) or 'vllm' "
+                                         "(colocated in each training process)",
                         choices=("auto", "fast", "hf", "vllm"),
-                        check=vllm_installed)
+                        check=vllm_installed, core=True)
     draw: str = flag(ROLLOUT, "multinomial", "how the fast engine draws a sampled token: 'multinomial' (torch's "
                                              "exponential race: 'hf''s samples for the seed; one random number per "
                                              "vocabulary entry and row at each step) or 'inverse-cdf' (one uniform per "
@@ -317,27 +260,23 @@ class Config:
                                                   "reference the thread must equal)",
                                choices=("thread", "inline"))
     batch_size: int = flag(ROLLOUT, 256, "responses per step (prompts x group size); must be divisible by --group-size",
-                           check=at_least(1))
+                           check=at_least(1), core=True)
     group_size: int = flag(ROLLOUT, 8, "G: completions per prompt (>= 2)",
                            check=lambda v: v < 2 and f"must be >= 2 (a group-relative baseline needs at least two "
-                                                     f"samples), got {v}")
+                                                     f"samples), got {v}", core=True)
     temperature: float = flag(ROLLOUT, 1.0, "sampling temperature (all five papers use 1.0 for training)",
-                              check=TEMPERATURE)
+                              check=TEMPERATURE, core=True)
     top_p: float = flag(ROLLOUT, 1.0, "nucleus sampling top-p for training rollouts",
                         check=PROBABILITY)
     max_new_tokens: int = flag(ROLLOUT, 64, "maximum response length in tokens (responses hitting it are 'truncated')",
-                               check=at_least(1))
-    # TRL (huggingface/trl f2cd577, 2026-07-24): 0.3 in its colocate mode, the GPU shared with training (0.9 was for a
-    # GPU of its own, before the colocate mode)
+                               check=at_least(1), core=True)
     vllm_gpu_memory_utilization: float = flag(ROLLOUT, 0.3, "vLLM on GPU: share of GPU memory for its weights and KV "
                                                             "cache (the rest is the trainer's; TRL's colocate mode "
                                                             "defaults to 0.3)",
-                                              check=PROBABILITY)
+                                              check=PROBABILITY, resume="free")
     vllm_sleep: bool = flag(ROLLOUT, False, "vLLM on GPU: sleep the engine (free its KV cache) during the optimizer "
-                                            "updates")
-    # The peers' names for --tis-cap / --tis-mode (async_rollout.tis_weights names the versions read: TRL f2cd577,
-    # 2026-07-24; verl-project/verl 1dda039 and areal-project/AReaL cbff54d, 2026-08-22); 2.0 is verl's
-    # rollout_is_threshold default
+                                            "updates", resume="free")
+    # the peers' names for --tis-cap / --tis-mode, and where 2.0 comes from: docs/peers.md
     tis_cap: float = flag(ROLLOUT, 0.0, "truncated importance sampling (async_rollout.tis_weights): each token's "
                                         "surrogate term is weighted by min(pi_old / pi_engine, cap), correcting for "
                                         "the engine sampling from a slightly different distribution than the "
@@ -345,7 +284,6 @@ class Config:
                                         "log-probs (--rollout vllm). TRL's vllm_importance_sampling_clip_max; 2.0 "
                                         "is a common cap",
                           check=lambda v: (v < 0 or 0 < v < 1) and f"must be 0 (off) or >= 1, got {v}")
-    # --- reward ---
     tis_mode: str = flag(ROLLOUT, "truncate", "what a --tis-cap weight above the cap becomes "
                                                "(async_rollout.tis_weights): "
                                               "'truncate' = the cap (verl's token-level rollout IS, TRL's "
@@ -353,6 +291,7 @@ class Config:
                                               "the loss's denominators (AReaL's behaviour-weight cap, TRL's "
                                               "token_mask)",
                          choices=("truncate", "mask"))
+    # --- reward ---
     reward: str = flag(REWARD, "math", "reward: 'math' (the final answer wherever a careful grader looks, math-verify "
                                        "equivalence), 'math-strict' (last \\boxed{} only: Skywork-OR1's format rule), "
                                        "'math-dapo' (DAPO's 'Answer:' line and prompt), code modes 'code' (all "
@@ -360,7 +299,7 @@ class Config:
                                        "'countdown' (the equation in <answer> tags reaches the target exactly: "
                                        "tasks/countdown.py), or 'rg' (reasoning-gym's scorer gives exactly 1 to "
                                        "the answer its format rule reads: tasks/rg.py; set by --train-data rg:...)",
-                       choices=REWARDS)
+                       choices=REWARDS, core=True)
     correct_reward: float = flag(REWARD, 1.0, "reward of a correct answer")
     wrong_reward: float = flag(REWARD, 0.0, "reward of a wrong answer (-1 for DAPO / Compass-Thinker, 0 for Ring-lite "
                                             "/ Skywork / MiMo)")
@@ -368,7 +307,7 @@ class Config:
                                               "overruns is killed and the answer scores --wrong-reward",
                                  check=lambda v: v <= 0 and f"must be > 0 seconds, got {v}")
     reward_workers: int = flag(REWARD, 2, "processes verifying answers in parallel (0 = in the training process)",
-                               check=at_least(0, "(0 = in the training process)"))
+                               check=at_least(0, "(0 = in the training process)"), resume="free")
     # --- loss ---
     loss_agg: str = flag(LOSS, "seq-mean-token-mean", "loss aggregation: seq-mean-token-mean (GRPO), token-mean "
                                                       "(DAPO), seq-mean-token-sum",
@@ -377,20 +316,19 @@ class Config:
                            check=within(0, 1, note="(the ratio is clipped below at 1 - eps_low >= 0)"))
     clip_high: float = flag(LOSS, 0.2, "eps_high: ratio clipped above at 1 + eps_high (DAPO clip-higher: 0.28)",
                             check=at_least(0))
-    # verl 1dda039 (2026-08-22): clip_ratio_c 3.0, always on; AReaL cbff54d (2026-08-22): c_clip, None (off) by default
     dual_clip: float = flag(LOSS, 0.0, "dual-clip PPO constant C > 1: the clipped loss of a negative advantage is at "
                                        "most C*|A| (verl's clip_ratio_c, 3.0 and always on there; AReaL's c_clip); 0 "
                                        "= off (the five papers)",
                             check=lambda v: (v < 0 or 0 < v <= 1) and f"must be 0 (off) or > 1, got {v}")
     kl_coef: float = flag(LOSS, 0.0, "beta: weight of the k3 KL to the initial (reference) model; 0 = no reference "
                                      "model",
-                          check=at_least(0))
+                          check=at_least(0), core=True)
     scale_adv_by_std: bool = flag(LOSS, True, "divide advantages by the group std (GRPO); off = Dr. GRPO's mean-only "
                                               "baseline")
     # --- optimisation ---
     lr: float = flag(OPTIM, 1e-4, "AdamW learning rate; 1e-4 suits the 1M-parameter tiny model (the papers use 1e-6 "
                                   "to 3e-6 for 7B-32B)",
-                     check=at_least(0, "(0: no update, e.g. to compare two engines' samples)"))
+                     check=at_least(0, "(0: no update, e.g. to compare two engines' samples)"), core=True)
     warmup_steps: int = flag(OPTIM, 5, "linear LR warm-up, in optimizer updates, then constant (DAPO)",
                              check=at_least(0))
     weight_decay: float = flag(OPTIM, 0.0, "AdamW weight decay",
@@ -400,13 +338,13 @@ class Config:
     mini_batch_size: int = flag(OPTIM, 256, "responses per optimizer update; mu = epochs x batch_size / "
                                             "mini_batch_size. Not given and larger than --batch-size: the batch (mu = "
                                             "epochs)",
-                                check=at_least(1))
+                                check=at_least(1), core=True)
     epochs: int = flag(OPTIM, 1, "passes over each rollout batch (N_reuse)",
                        check=at_least(1))
     # --- recipe techniques (--recipe NAME sets a paper's; a flag given still wins) ---
     recipe: str = flag(RECIPE, "grpo", "preset of a paper's settings: " + ", ".join(RECIPES)
                        + " (see RECIPES in config.py and the README)",
-                       choices=tuple(RECIPES))
+                       choices=tuple(RECIPES), resume="fixed", core=True)
     algorithm: str = flag(RECIPE, "grpo", "the idea file whose advantages and policy loss the run calls: grpo "
                                           "(grpo.py), dapo (dapo.py: clip-higher, token-level loss, overlong filter), "
                                           "c3po (c3po.py: the token budget, needed by --token-budget), gspo (gspo.py: "
@@ -417,12 +355,11 @@ class Config:
                                           "gspo and cispo are inert on-policy (mu = 1: the ratio is 1, the gradient "
                                           "GRPO's / REINFORCE's), as clip-higher is: their recipes make 4 / 16 "
                                           "updates per rollout",
-                          choices=("grpo", "dapo", "c3po", "gspo", "cispo"))
+                          choices=("grpo", "dapo", "c3po", "gspo", "cispo"), core=True)
     dynamic_sampling: bool = flag(RECIPE, False, "DAPO: keep only groups with mixed correctness (or scores: "
                                                  "--filter-metric), regenerating until the batch is full")
     max_gen_rounds: int = flag(RECIPE, 10, "DAPO: cap on generation rounds per step under dynamic sampling (<= 0: no "
                                            "cap)")
-    # the DAPO recipe's filter_groups.metric (verl-project/verl-recipe 48ea0a7, 2026-08-05, dapo/dapo_ray_trainer.py)
     filter_metric: str = flag(RECIPE, "auto", "what dynamic sampling / the seamless scheduler call a mixed group "
                                               "(verl filter_groups.metric): 'acc' (correctness differs), 'score' (the "
                                               "verifier's unshaped reward differs: partial credit), 'auto' = score "
@@ -473,7 +410,7 @@ class Config:
                                             "(resample.EasyPool with alpha 0, no refresh)")
     curriculum: str = flag(RECIPE, "", "staged training: 'skywork' (growing response length) or 'compass' (easy -> "
                                        "hard levels); '' = off",
-                           choices=("", "skywork", "compass"))
+                           choices=("", "skywork", "compass"), resume="fixed")
     online_filter: bool = flag(RECIPE, False, "Skywork-OR1: with --curriculum, drop at each stage start the prompts "
                                               "whose last group in the previous stage was all correct (the skywork "
                                               "recipe turns it on; Compass-Thinker has none)")
@@ -483,45 +420,46 @@ class Config:
                                    "without steps share the rest of --max-steps equally. Optimizer, reference model, "
                                    "entropy controller and step count carry over; each data set keeps its own prompt "
                                    "order; evaluation covers every stage's held-out set. '' = one stage from "
-                                   "--train-data, --reward, --max-new-tokens (the c3po recipe sets math then code)")
+                                   "--train-data, --reward, --max-new-tokens (the c3po recipe sets math then code)",
+                       resume="fixed")
     # --- memory and scale ---
     micro_batch_size: int = flag(SCALE, 256, "responses per forward/backward (gradient accumulation inside a "
                                              "mini-batch)",
-                                 check=at_least(1))
+                                 check=at_least(1), resume="free")
     micro_batch_tokens: int = flag(SCALE, 4096, "padded tokens per forward/backward: a mini-batch is sorted by length "
                                                 "and cut into micro-batches of at most this many (and at most "
                                                 "--micro-batch-size responses), so a few long responses do not pad "
                                                 "every row to their length; 0 = off (rollout order)",
-                                   check=at_least(0))
+                                   check=at_least(0), resume="free")
     dtype: str = flag(SCALE, "auto", "precision policy: auto (bf16-mixed on GPU, float32 on CPU); float32; bf16-mixed "
                                      "(fp32 weights, gradients and AdamW states, bf16 autocast forward, fp32 "
                                      "log-softmax); bfloat16 (all bf16, 8 B/param: AdamW steps smaller than ~1/256 of "
                                      "a weight round away, e.g. at lr 1e-6)",
-                      choices=("auto", "float32", "bf16-mixed", "bfloat16"))
-    attn_implementation: str = flag(SCALE, "", "the policy's attention (transformers' attn_implementation: sdpa, eager, "
-                                               "flash_attention_2, ...); '' = transformers' choice (sdpa). On a CPU, "
-                                               "eager's backward is faster than sdpa's at a few hundred tokens "
+                      choices=("auto", "float32", "bf16-mixed", "bfloat16"), core=True)
+    attn_implementation: str = flag(SCALE, "", "the policy's attention (transformers' attn_implementation: sdpa, "
+                                               "eager, flash_attention_2, ...); '' = transformers' choice (sdpa). On a "
+                                               "CPU, eager's backward is faster than sdpa's at a few hundred tokens "
                                                "(docs/speed.md)")
     logprob_chunk: int = flag(SCALE, 256, "LM-head rows per chunk for the log-probs "
                                           "(logprobs.chunked_token_logprobs): the update never holds more than chunk "
                                           "x vocab logits; 0 = full logits (micro-batch x (P+R) x vocab, the "
                                           "reference)",
-                              check=at_least(0, "(0 = full logits)"))
+                              check=at_least(0, "(0 = full logits)"), resume="free")
     gradient_checkpointing: bool = flag(SCALE, False, "recompute each decoder layer in the backward (HF gradient "
                                                       "checkpointing, non-reentrant): keeps one hidden state per "
-                                                      "layer and token, ~1/3 more compute")
+                                                      "layer and token, ~1/3 more compute", resume="free")
     fsdp: bool = flag(SCALE, False, "shard weights, gradients and AdamW states over the processes: FSDP2 through "
                                     "Accelerate, one unit per decoder layer (= accelerate launch --config_file "
                                     "configs/fsdp.yaml); see docs/multi_gpu.md")
     threads: int = flag(SCALE, THREADS, "CPU threads for torch (0 = torch's default). 1 by default: the tiny model "
                                         "gains little from more, and an OpenMP pool sharing its cores with other work "
                                         "runs many times slower",
-                        check=at_least(0, "(0 = torch's default)"))
+                        check=at_least(0, "(0 = torch's default)"), resume="free", core=True)
     lora_rank: int = flag(SCALE, 0, "LoRA rank r (trainer/lora.py, peft): train low-rank adapters on a frozen base; 0 "
                                     "= full fine-tuning. With LoRA the --lr default is 10x full fine-tuning's (TRL's "
                                     "'LoRA without regret'), the reference model is the base (adapter disabled, no "
                                     "second copy) and checkpoints hold the adapter",
-                          check=at_least(0, "(0 = full fine-tuning)"))
+                          check=at_least(0, "(0 = full fine-tuning)"), resume="fixed", core=True)
     lora_alpha: int = flag(SCALE, 32, "LoRA alpha: adapters scaled by alpha / r (32: verl's LoRA guide and example, "
                                       "'LoRA without regret')",
                            check=at_least(1))
@@ -529,10 +467,10 @@ class Config:
                                check=within(0, 1, high_open=True))
     lora_targets: str = flag(SCALE, "all-linear", "modules that get adapters: 'all-linear' (every linear layer of the "
                                                   "decoder, not the LM head) or comma-separated names, e.g. "
-                                                  "q_proj,k_proj,v_proj,o_proj")
+                                                  "q_proj,k_proj,v_proj,o_proj", resume="fixed")
     load_in_4bit: bool = flag(SCALE, False, "QLoRA: the frozen base's linear layers in 4-bit NF4 (bitsandbytes: pip "
                                             "install -e '.[qlora]'; runs on CPU too, slowly); needs --lora-rank; with "
-                                            "--rollout vllm, --lora-vllm-sync adapter")
+                                            "--rollout vllm, --lora-vllm-sync adapter", resume="fixed")
     lora_vllm_sync: str = flag(SCALE, "merged", "LoRA with --rollout vllm: 'merged' (the adapters merged out of place "
                                                 "in fp32 into the base's weights, loaded into vLLM each step) or "
                                                 "'adapter' (vLLM keeps its base weights and serves the adapter "
@@ -540,19 +478,20 @@ class Config:
                                choices=("merged", "adapter"))
     # --- evaluation and logging ---
     eval_every: int = flag(EVAL, 20, "evaluate on held-out data every N steps (0 = only before and after)",
-                           check=at_least(0, "(0 = only before and after)"))
+                           check=at_least(0, "(0 = only before and after)"), resume="free", core=True)
     eval_problems: int = flag(EVAL, 400, "number of held-out problems for greedy accuracy (0 = all)",
-                              check=at_least(0, "(0 = all)"))
+                              check=at_least(0, "(0 = all)"), resume="fixed", core=True)
     eval_samples: int = flag(EVAL, 4, "k: sampled completions per held-out problem for avg@k and pass@k, at the first "
                                       "and the final evaluation only (intermediate ones are greedy); 0 = greedy only. "
                                       "The papers use k = 32 on AIME",
-                             check=at_least(0))
+                             check=at_least(0), resume="fixed", core=True)
     eval_temperature: float = flag(EVAL, 1.0, "sampling temperature of avg@k / pass@k (DAPO, Skywork, Ring-lite 1.0; "
-                                              "MiMo 0.6)")
-    eval_top_p: float = flag(EVAL, 1.0, "top-p of avg@k / pass@k (DAPO 0.7, Ring-lite and MiMo 0.95, Skywork 1.0)")
+                                              "MiMo 0.6)", resume="fixed")
+    eval_top_p: float = flag(EVAL, 1.0, "top-p of avg@k / pass@k (DAPO 0.7, Ring-lite and MiMo 0.95, Skywork 1.0)",
+                             resume="fixed")
     report_to: str = flag(EVAL, "none", "experiment tracker through Accelerate: tensorboard (OUTPUT_DIR/tensorboard), "
                                         "wandb, none; the config is logged once, every metrics.jsonl row each step",
-                          choices=("none", "tensorboard", "wandb"), check=tracker_installed)
+                          choices=("none", "tensorboard", "wandb"), check=tracker_installed, resume="free")
 
     @property
     def stops(self) -> tuple[str, ...]:
@@ -560,98 +499,20 @@ class Config:
         return read_stops(self.stop)
 
     def validate(self):
-        """Each field's own choices and check, then the rules between flags; a bad value -> one `error:` line."""
-        def bad(flag, msg):
-            raise SystemExit(f"error: --{flag}: {msg}")
-
-        for f in dataclasses.fields(self):
-            v, choices, check = getattr(self, f.name), f.metadata["choices"], f.metadata["check"]
-            if choices is not None and v not in choices:
-                bad(f.name.replace("_", "-"), f"{v!r} is not one of {', '.join(c or repr(c) for c in choices)}")
-            msg = (isinstance(v, float) and not math.isfinite(v) and f"must be a finite number, got {v}") or (
-                check(v) if check else None)
-            if msg:
-                bad(f.name.replace("_", "-"), msg)
-        self.check_relations(bad)
-
-    def check_relations(self, bad):
-        """The rules that relate two or more flags."""
-        from trainer import lora
-        from trainer.stages import filter_metric_for, parse_stages
-
-        if self.batch_size % self.group_size:
-            bad("batch-size", f"{self.batch_size} is not divisible by --group-size {self.group_size}")
-        if self.correct_reward <= self.wrong_reward:
-            bad("correct-reward", f"{self.correct_reward} must be above --wrong-reward {self.wrong_reward} (else no "
-                                  "advantage favours a correct answer)")
-        if self.overlong_buffer >= self.max_new_tokens and not self.stages:
-            bad("overlong-buffer", f"{self.overlong_buffer} must be below --max-new-tokens {self.max_new_tokens} (the "
-                                   "punishment starts at max-new-tokens - buffer)")
-        if self.batch_size % self.mini_batch_size:
-            bad("mini-batch-size", f"{self.mini_batch_size} does not divide --batch-size {self.batch_size}")
-        if self.mini_batch_size % self.micro_batch_size and self.micro_batch_size < self.mini_batch_size:
-            bad("micro-batch-size", f"{self.micro_batch_size} does not divide --mini-batch-size {self.mini_batch_size}")
-        if self.token_budget and self.algorithm != "c3po":
-            bad("token-budget", "is C3PO's (c3po.py): add --algorithm c3po (the c3po recipe sets it)")
-        if self.dual_clip and self.algorithm == "cispo":
-            bad("dual-clip", "CISPO (cispo.py) has no dual clip: its importance weight is capped already (--clip-high) and "
-                             "there is no min() for the dual clip to bound")
-        if self.rollout_lag:
-            clash = [f for f, on in (("--rollout vllm", self.rollout == "vllm"), ("--fsdp", self.fsdp), ("--seamless", self.seamless),
-                                     ("--load-in-4bit", self.load_in_4bit),
-                                     ("--rollout-dtype bfloat16", self.rollout_dtype != "auto")) if on]
-            if clash:
-                bad("rollout-lag", f"cannot be combined with {', '.join(clash)} yet (async_rollout.py: one process, "
-                                   "a producer with its own full-precision copy of the model and the fast or hf engine)")
-            if self.tis_cap <= 0:
-                bad("tis-cap", "must be > 0 with --rollout-lag (the decoupled loss weights each token by min(pi_prox/pi_behav, cap))")
-        if self.draw != "multinomial" and self.rollout in ("hf", "vllm"):
-            bad("draw", f"is the fast engine's draw (--rollout fast or auto on a CPU), not --rollout {self.rollout}'s")
-        if self.curriculum and (self.easy_pool_alpha or self.drop_solved):
-            bad("curriculum", "cannot be combined with --easy-pool-alpha / --drop-solved (both choose the prompts)")
-        if self.drop_solved and self.easy_pool_alpha:
-            bad("drop-solved", "replaces the easy pool: give --drop-solved or --easy-pool-alpha, not both")
-        if self.online_filter and not self.curriculum:
-            bad("online-filter", "acts at curriculum stage starts: add --curriculum (or a recipe that has one)")
-        if self.tis_mode != "truncate" and not self.tis_cap:
-            bad("tis-mode", "acts on the weights of --tis-cap, which is off (0)")
-        if self.tis_cap and self.rollout != "vllm" and not self.rollout_lag:
-            bad("tis-cap", "needs the sampling log-probs of --rollout vllm, or --rollout-lag 1 (the HF and fast engines "
-                           "sample from the trainer's own model: nothing to correct)")
-        if self.filter_metric == "auto" and not self.stages:  # resolved here, so config.json records what the run used
-            self.filter_metric = filter_metric_for(self, self.reward)  # (with --stages: per stage, filter_metric_for)
-        if self.seamless and not self.dynamic_sampling:
-            bad("seamless", "is a scheduler for dynamic sampling: add --dynamic-sampling (or a recipe that has it)")
-        if self.eval_samples and not self.eval_temperature > 0:
-            bad("eval-temperature", f"sampled evaluation (--eval-samples {self.eval_samples}) needs a temperature > 0, "
-                                    f"got {self.eval_temperature} (--eval-samples 0: greedy only)")
-        if self.eval_samples and not 0 < self.eval_top_p <= 1:
-            bad("eval-top-p", f"sampled evaluation (--eval-samples {self.eval_samples}) needs 0 < top-p <= 1, got "
-                              f"{self.eval_top_p}")
-        if self.stages:
-            if self.train_data != "builtin":
-                bad("train-data", "the run has --stages (the c3po recipe sets math then code): give each stage's data "
-                                  "there, or --stages '' for one stage")
-            if self.curriculum or self.easy_pool_alpha or self.drop_solved or self.seamless:
-                bad("stages", "cannot be combined with --curriculum, --easy-pool-alpha, --drop-solved or --seamless (each "
-                              "chooses the prompts)")
-        parse_stages(self)  # errors name the stage and the key
-        if self.fsdp and (self.dynamic_sampling or self.seamless):
-            bad("fsdp", "cannot be combined with --dynamic-sampling / --seamless: their generation rounds differ between "
-                        "processes, and under FSDP every forward pass is a collective")
-        if self.lora_rank:
-            lora.validate(self, bad)
-        elif self.load_in_4bit:
-            bad("load-in-4bit", "QLoRA trains adapters on the 4-bit base: it needs --lora-rank R > 0")
+        """Each field's own choices and check, then the rules between flags (trainer/checks.py); a bad value -> one
+        `error:` line."""
+        checks.validate(self)
 
 
 def build_parser(description: str = "") -> argparse.ArgumentParser:
-    """train.py's flags: one per Config field, by group, each with its help, choices and default."""
+    """train.py's flags: one per Config field, each with its help, choices and default; the core fields first (their
+    own group), then the rest by group."""
     ap = ArgParser(prog="train.py", description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
                         usage="python train.py [--flag value ...]   (the flags below, by group; a recipe sets defaults)")
-    for title in GROUPS:
+    fields = dataclasses.fields(Config)
+    for title in (CORE, *GROUPS):
         group = ap.add_argument_group(title)
-        for f in [f for f in dataclasses.fields(Config) if f.metadata["group"] == title]:
+        for f in [f for f in fields if (CORE if f.metadata["core"] else f.metadata["group"]) == title]:
             flag = "--" + f.name.replace("_", "-")
             if f.type in ("bool", bool):
                 group.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=f.metadata["help"])
@@ -664,15 +525,12 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     return ap
 
 
-def given_flags(ap: argparse.ArgumentParser, argv) -> set[str]:
-    """The fields whose flags the command line gives (a recipe's or the parser's default is not given)."""
-    keys = [a.dest for a in ap._actions if a.dest != "help"]
-    saved, unset = {k: ap.get_default(k) for k in keys}, object()
-    ap.set_defaults(**{k: unset for k in keys})
-    try:
-        return {k for k, v in vars(ap.parse_known_args(argv)[0]).items() if v is not unset}
-    finally:
-        ap.set_defaults(**saved)
+def given_flags(ap: argparse.ArgumentParser, argv) -> dict:
+    """The flags the command line gives, field name -> value (a default, the parser's or a recipe's, is not given).
+    The one parse of argv: a bad value or an unknown flag is argparse's one error line here."""
+    unset = object()
+    ap.set_defaults(**{a.dest: unset for a in ap._actions if a.dest != "help"})
+    return {k: v for k, v in vars(ap.parse_args(argv)).items() if v is not unset}
 
 
 def add_threads(ap) -> None:
@@ -683,52 +541,30 @@ def add_threads(ap) -> None:
 
 
 def parse_config(argv=None, description: str = "") -> Config:
-    """The run's Config: the command line over the recipe's defaults (over LoRA's and --rollout-lag's), or, with
-    --resume, the checkpoint's saved settings with the flags given checked against them (runs.resume_settings)."""
-    ap = build_parser(description)
-    recipe = vars(ap.parse_known_args(argv)[0])["recipe"]
+    """The run's Config: the flags given over the defaults (Config's, then the recipe's, Countdown's or
+    reasoning-gym's, LoRA's learning rate, --rollout-lag's cap), or, with --resume, over the run's saved settings,
+    each flag given checked against them by its resume rule (runs.resumed); then every check (Config.validate)."""
+    given = given_flags(build_parser(description), argv)
+    defaults = {f.name: f.default for f in dataclasses.fields(Config)}
+    recipe = given.get("recipe", defaults["recipe"])
     if recipe not in RECIPES:
         raise SystemExit(f"error: --recipe: {recipe!r} is not one of {', '.join(RECIPES)}")
-    ap.set_defaults(**RECIPES[recipe])  # a recipe changes defaults; flags given on the command line still win
-    first = vars(ap.parse_known_args(argv)[0])
+    defaults.update(RECIPES[recipe])  # a recipe changes defaults; flags given on the command line still win
+    first = {**defaults, **given}
     if first["reward"] == "countdown" or first["train_data"].partition(":")[0] == "builtin-countdown":  # its defaults
-        ap.set_defaults(**countdown_defaults(RECIPES[recipe]))
+        defaults.update(countdown_defaults(RECIPES[recipe]))
     if first["train_data"].startswith("rg:"):  # reasoning-gym's tasks are scored by their own exact reward (tasks/rg.py)
-        ap.set_defaults(reward="rg")
-    if vars(ap.parse_known_args(argv)[0])["lora_rank"]:  # LoRA: its own lr default (lora.LR_SCALE x full fine-tuning's)
-        from trainer import lora
-
-        ap.set_defaults(lr=ap.get_default("lr") * lora.LR_SCALE)
-    if vars(ap.parse_known_args(argv)[0])["rollout_lag"]:  # off-policy by one step: the decoupled loss's cap (2.0)
-        ap.set_defaults(tis_cap=ap.get_default("tis_cap") or 2.0)
-    ns = vars(ap.parse_args(argv))
-    if ns["train_data"].startswith(("builtin-countdown:", "rg:")) and "eval_data" not in given_flags(ap, argv):
+        defaults["reward"] = "rg"
+    if first["lora_rank"]:  # LoRA: its own lr default (lora.LR_SCALE x full fine-tuning's)
+        defaults["lr"] = defaults["lr"] * lora.LR_SCALE
+    if first["rollout_lag"]:  # off-policy by one step: the decoupled loss's cap (2.0)
+        defaults["tis_cap"] = defaults["tis_cap"] or 2.0
+    ns = {**defaults, **given}
+    if ns["train_data"].startswith(("builtin-countdown:", "rg:")) and "eval_data" not in given:
         ns["eval_data"] = ns["train_data"]  # held out from the levels trained on (run_config.json says which)
-    if ns["mini_batch_size"] > ns["batch_size"] >= 1 and "mini_batch_size" not in given_flags(ap, argv):
+    if ns["mini_batch_size"] > ns["batch_size"] >= 1 and "mini_batch_size" not in given:
         ns["mini_batch_size"] = ns["batch_size"]  # a batch below the mini-batch default is one mini-batch (mu = epochs)
-    cfg = Config(**ns)
-    if cfg.overwrite and cfg.resume:
-        raise SystemExit(f"error: --overwrite: contradicts --resume {cfg.resume} (--resume continues the run, --overwrite "
-                         "replaces it): give one of them")
-    from tools import tiny
-    ckpt = runs.resolve_resume(cfg.resume, cfg.output_dir) if cfg.resume else None
-    # --resume auto before the first checkpoint: the run's own settings (its config.json), not the defaults
-    saved = runs.saved_config(ckpt) if ckpt else (
-        runs.restart_config(cfg.output_dir, tiny.builtin_paths()) if cfg.resume == "auto" else None)
-    if saved is not None:  # the run's settings are the saved ones; the flags given are checked against them
-        if "algorithm" not in saved:  # a run from before --algorithm: the file its run called
-            saved["algorithm"] = "c3po" if saved.get("token_budget") else RECIPES.get(saved.get("recipe"), {}).get("algorithm", "grpo")
-        unset = object()
-        ap.set_defaults(**{k: unset for k in ns})
-        given = {k: v for k, v in vars(ap.parse_args(argv)).items() if v is not unset}
-        given.setdefault("output_dir", cfg.output_dir if cfg.resume == "auto" else os.path.dirname(ckpt.rstrip("/")))
-        merged = runs.resume_settings(saved, given, cfg.resume_override, ckpt or f"auto ({cfg.output_dir}/config.json)")
-        cfg = Config(**{**dataclasses.asdict(Config()), **{k: v for k, v in merged.items() if k in ns},
-                        "resume": ckpt or "", "overwrite": not ckpt})  # no checkpoint: replaces what the run left
-        if ckpt:
-            runs.check_finished(ckpt, cfg.max_steps, cfg.output_dir)
-            runs.say(f"resuming from step {ckpt.rstrip('/').rsplit('-', 1)[-1]} of {cfg.output_dir}")
-    elif cfg.resume:  # --resume auto on a directory without a run: a fresh run
-        cfg.resume, cfg.overwrite = "", True
+    rules = {f.name: f.metadata["resume"] for f in dataclasses.fields(Config)}
+    cfg = Config(**runs.resumed(ns, given, rules, builtin_paths))
     cfg.validate()
     return cfg

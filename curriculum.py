@@ -10,7 +10,7 @@ Tables 10-12). Tests: python -m pytest tests/test_curriculum.py -q
 
     paper                  code                         shape / type
     difficulty level 1-5   levels                       list[int | None], one per dataset example
-    stage T / batch / G    Stage.max_new_tokens / batch_size / group_size
+    stage T / batch / G    CurriculumStage.max_new_tokens / batch_size / group_size
     A_ij                   values (advantages or rewards) (N,)   consecutive groups of G
     keep                   reject_zero_advantage(...)   (B,) bool
 
@@ -40,7 +40,7 @@ LEVELS = (1, 2, 3, 4, 5)
 
 
 @dataclass
-class Stage:
+class CurriculumStage:
     until_step: int
     """The stage covers steps [previous until_step, until_step); the last stage continues past its end."""
     level_weights: tuple = (1.0, 1.0, 1.0, 1.0, 1.0)
@@ -55,7 +55,7 @@ class Curriculum:
     """Stage schedule and prompt sampler. `next_batch(step)` (or `draw(step, n)`) before rollout, `observe(...)` after
     rewards."""
 
-    def __init__(self, stages: Sequence[Stage], levels: Sequence[int | None], seed: int = 0,
+    def __init__(self, stages: Sequence[CurriculumStage], levels: Sequence[int | None], seed: int = 0,
                  default_level: int = 3, online_filter: bool = False):
         if not stages:
             raise ValueError("a curriculum needs at least one stage")
@@ -84,7 +84,7 @@ class Curriculum:
                 return k
         return len(self.stages) - 1
 
-    def stage_at(self, step: int) -> Stage:
+    def stage_at(self, step: int) -> CurriculumStage:
         return self.stages[self.stage_index(step)]
 
     def _begin_stage(self, k: int):
@@ -117,7 +117,7 @@ class Curriculum:
                 self.walk[lv] = [epoch, pos]
                 return idx
 
-    def next_batch(self, step: int, batch_size: int | None = None) -> tuple[list[int], Stage]:
+    def next_batch(self, step: int, batch_size: int | None = None) -> tuple[list[int], CurriculumStage]:
         """Dataset indices for this step's prompts and the stage's settings; applies the filter on stage entry."""
         k = self.stage_index(step)
         if k > self.stage_idx:
@@ -170,17 +170,18 @@ def reject_zero_advantage(values, group_size: int) -> torch.Tensor:
     return ~(v == v[:, :1]).all(dim=1)  # (B,)
 
 
-def skywork_stages(total_steps: int, base_len: int, batch_size: int = 8, group_size: int = 8) -> list[Stage]:
+def skywork_stages(total_steps: int, base_len: int, batch_size: int = 8, group_size: int = 8) -> list[CurriculumStage]:
     """Skywork-OR1-Math-7B (Table 10: steps 0-740-1740-2080-2160, T 8K/16K/32K/32K) scaled to total_steps."""
     ends = [round(total_steps * f / 2160) for f in (740, 1740, 2080)] + [total_steps]
     lens = [base_len, 2 * base_len, 4 * base_len, 4 * base_len]
-    stages = [Stage(e, max_new_tokens=t, group_size=group_size, batch_size=batch_size) for e, t in zip(ends, lens)]
+    stages = [CurriculumStage(e, max_new_tokens=t, group_size=group_size, batch_size=batch_size)
+              for e, t in zip(ends, lens)]
     stages[-1].batch_size, stages[-1].group_size = max(batch_size // 2, 1), 4 * group_size  # stage 3.5: 128 x 64
     return stages
 
 
-def compass_stages(total_steps: int, base_len: int, batch_size: int = 8, group_size: int = 8) -> list[Stage]:
+def compass_stages(total_steps: int, base_len: int, batch_size: int = 8, group_size: int = 8) -> list[CurriculumStage]:
     """Compass-Thinker's easy -> hard difficulty stages (mix and count [unspecified]: three equal stages)."""
     mixes = [(0.4, 0.3, 0.2, 0.1, 0.0), (0.1, 0.2, 0.4, 0.2, 0.1), (0.0, 0.1, 0.2, 0.3, 0.4)]
     ends = [round(total_steps * (k + 1) / 3) for k in range(3)]
-    return [Stage(e, w, base_len, group_size, batch_size) for e, w in zip(ends, mixes)]
+    return [CurriculumStage(e, w, base_len, group_size, batch_size) for e, w in zip(ends, mixes)]

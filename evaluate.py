@@ -174,12 +174,13 @@ def main(argv=None):
     prints the accuracy, avg@k and pass@k the run printed last. Any other model gets train.py's defaults (400
     problems of the built-in task, greedy + avg@4 / pass@4 at T 1.0, 64 new tokens, the fast engine). A flag given
     on the command line wins over both. The settings used are printed (stderr) before the evaluation."""
-    import config  # train.py's checks of the same values (config.number)
+    from config import add_threads
+    from trainer.checks import PROBABILITY, above, at_least, number, vllm_installed  # train.py's checks
 
     # each help names its default (the run's setting, else train.py's): no ArgumentDefaultsHelpFormatter
     ap = ArgParser(prog="evaluate.py", description="Evaluate a checkpoint on held-out problems (defaults: its run's "
                         "evaluation, read from the checkpoint; train.py's for any other model).")
-    count = config.number(int, config.at_least(0))
+    count = number(int, at_least(0))
     ap.add_argument("--model", default="", help="checkpoint directory, run directory (its newest checkpoint), model "
                     "directory or hub name ('' = the built-in tiny model)")
     ap.add_argument("--data", help="'builtin' (held-out split) or a dataset file / hub name (train.py --eval-data; "
@@ -192,10 +193,10 @@ def main(argv=None):
     ap.add_argument("--k", default="", help="comma-separated k values for pass@k, each <= --samples (default: 1 and "
                                             "--samples, train.py's)")
     greedy = "(the greedy accuracy, temperature 0, is always measured; --samples 0 measures it alone)"
-    ap.add_argument("--temperature", type=config.number(float, config.above(0, greedy)), help="sampling temperature of "
+    ap.add_argument("--temperature", type=number(float, above(0, greedy)), help="sampling temperature of "
                     "avg@n / pass@k (train.py --eval-temperature; default: the run's, else 1.0)")
-    ap.add_argument("--top-p", type=config.number(float, config.PROBABILITY), help="top-p of avg@n / pass@k (train.py --eval-top-p; default: the run's, else 1.0)")
-    ap.add_argument("--max-new-tokens", type=config.number(int, config.at_least(1)), help="maximum response length (default: the run's, else 64)")
+    ap.add_argument("--top-p", type=number(float, PROBABILITY), help="top-p of avg@n / pass@k (train.py --eval-top-p; default: the run's, else 1.0)")
+    ap.add_argument("--max-new-tokens", type=number(int, at_least(1)), help="maximum response length (default: the run's, else 64)")
     ap.add_argument("--seed", type=count, help="the run's --seed: which problems, and the sampled evaluation's stream "
                     "(default: the run's, else 0)")
     ap.add_argument("--rollout", choices=("auto", "fast", "hf", "vllm"), help="generation engine (default: the run's, "
@@ -209,14 +210,14 @@ def main(argv=None):
                     "'{\"enable_thinking\": false}' (train.py --chat-template-kwargs; default: the run's, else none)")
     ap.add_argument("--stop", help="stop strings, '||'-separated (train.py --stop; default: the run's, else none)")
     ap.add_argument("--out", default="", help="also write the JSON to this file (default: none)")
-    config.add_threads(ap)  # train.py's --threads
+    add_threads(ap)  # train.py's --threads
     a = ap.parse_args(argv)
     if a.out and os.path.isdir(a.out):
         raise SystemExit(f"error: --out {a.out}: a directory, not a file")
     if a.model and os.path.isfile(a.model):
         raise SystemExit(f"error: --model {a.model}: a file, not a model, checkpoint or run directory")
-    if a.rollout and config.vllm_installed(a.rollout):
-        raise SystemExit(f"error: --rollout vllm: {config.vllm_installed(a.rollout)}")
+    if a.rollout and vllm_installed(a.rollout):
+        raise SystemExit(f"error: --rollout vllm: {vllm_installed(a.rollout)}")
     import sys
 
     import torch

@@ -12,12 +12,15 @@ Rules, and the choice behind each:
     Refusing is what transformers' example scripts did (`overwrite_output_dir`) and what keeps the README's paths
     (runs/default/checkpoint-40) meaningful; CleanRL's fresh per-run names never mix either, but a name the user did
     not choose is a name the next command does not know.
-  * The checkpoint's saved settings are the run's settings. On --resume they are the defaults; a flag given on the
-    command line that changes the run (recipe, data, reward, lengths, batch and group sizes, loss, optimiser) is
-    refused, unless --resume-override, which applies it with one warning line per flag. Settings that do not change
-    the run (RESUME_FREE: --max-steps, checkpoint and evaluation cadence, memory knobs, trackers, threads) change
-    freely. What defines the evaluation (its data, problems, decoding, seed) never changes: before and after are
-    always measured on the same problems.
+  * The checkpoint's saved settings are the run's settings. On --resume they are the defaults, and each flag given on
+    the command line follows its own rule, declared with the flag (config.flag(..., resume=...); RESUME_RULES): one
+    that changes the run (recipe, data, reward, lengths, batch and group sizes, loss, optimiser) is refused, unless
+    --resume-override, which applies it with one warning line per flag; one that does not change what the run
+    computes (--max-steps, checkpoint and evaluation cadence, memory knobs, trackers, threads) changes freely; what
+    defines the run or its evaluation (model, data, seed, the held-out problems and their decoding) never changes:
+    before and after are always measured on the same problems.
+  * Saved settings are read as this version of train.py writes them: a run directory or checkpoint of an earlier
+    version (a setting missing from its config.json, no run_config.json) is one error line, not a guess.
   * --resume auto says what it does: "resuming from step N of DIR"; on a run stopped before its first checkpoint,
     that run starts again from step 0 with its own settings (its config.json, checked against the flags given as a
     checkpoint's are), never with the defaults or another recipe; "no checkpoint in DIR: starting fresh" where the
@@ -40,14 +43,13 @@ import torch
 from tqdm import tqdm
 
 RUN_FILES = ("config.json", "metrics.jsonl", "evals.jsonl", "samples.jsonl", "summary.json", "curves.png", "tensorboard")
-# settings a resumed run may change without changing what it computes (no warning)
-RESUME_FREE = {"max_steps", "resume", "resume_override", "overwrite", "output_dir", "save_every", "keep_checkpoints",
-               "eval_every", "report_to", "threads", "reward_workers", "vllm_gpu_memory_utilization", "vllm_sleep",
-               "micro_batch_size", "micro_batch_tokens", "logprob_chunk", "gradient_checkpointing"}
-# settings that define the run or its evaluation: never changed on resume, even with --resume-override
-RESUME_FIXED = {"model", "recipe", "train_data", "stages", "curriculum", "seed", "lora_rank", "lora_targets",
-                "load_in_4bit", "eval_data", "eval_split", "eval_problems", "eval_samples", "eval_temperature",
-                "eval_top_p", "template", "system_prompt", "chat_template_kwargs"}
+# What --resume does with a flag given a value other than the run's; each flag names its rule where it is declared
+# (config.flag(..., resume=...))
+RESUME_RULES = {
+    "free": "changes freely: it does not change what the run computes (no warning)",
+    "checked": "refused, unless --resume-override: then applied, with one warning line",
+    "fixed": "never changes, even with --resume-override: it defines the run or its evaluation",
+}
 
 
 def main_process() -> bool:
@@ -341,9 +343,6 @@ def restart_config(output_dir: str, builtin_models=()) -> dict | None:
                          "--overwrite replaces that run") from None
     if saved.get("model") and os.path.realpath(saved["model"]) in {os.path.realpath(m) for m in builtin_models}:
         saved["model"] = ""
-    say(f"no checkpoint in {output_dir}: its run (--recipe {saved.get('recipe', '?')}, "
-        f"--model {saved.get('model') or 'the built-in tiny model'}) starts again from step 0 with its settings "
-        f"(its config.json)")
     return saved
 
 
@@ -357,34 +356,74 @@ def check_finished(ckpt: str, max_steps: int, output_dir: str) -> None:
 
 
 def saved_config(ckpt: str) -> dict:
-    """The run's settings as its checkpoint recorded them."""
+    """The run's settings as its checkpoint recorded them (run_config.json)."""
     path = os.path.join(ckpt, "run_config.json")
-    if os.path.exists(path):
+    if not os.path.exists(path):
+        raise SystemExit(f"error: --resume {ckpt}: no run_config.json: a checkpoint of an earlier version of train.py "
+                         "(resume it with that version, or start a new run in another --output-dir)")
+    try:
         with open(path) as f:
             return json.load(f)
-    try:
-        return torch.load(os.path.join(ckpt, "trainer_state.pt"), weights_only=False).get("config", {})
-    except Exception as e:  # noqa: BLE001 (a truncated or foreign file: one line)
-        raise SystemExit(f"error: --resume {ckpt}: trainer_state.pt cannot be read ({type(e).__name__}: {e})") from None
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"error: --resume {ckpt}: {path} cannot be read ({type(e).__name__}: {e})") from None
 
 
-def resume_settings(saved: dict, given: dict, override: bool, ckpt: str) -> dict:
-    """The resumed run's settings: the saved ones, with the flags `given` on the command line that RESUME_FREE allows
-    (and, with --resume-override, the others outside RESUME_FIXED, each announced). One error line otherwise."""
-    def flag(k):
-        return "--" + k.replace("_", "-")
+def flag_name(k: str) -> str:
+    return "--" + k.replace("_", "-")
 
-    changed = {k: v for k, v in given.items() if k in saved and v != saved[k] and k not in RESUME_FREE}
-    fixed = {k: v for k, v in changed.items() if k in RESUME_FIXED or not override}
+
+def resumed(settings: dict, given: dict, rules: dict, builtin_models=list) -> dict:
+    """The run's settings. `settings`: the command line's over the defaults; `given`: the flags it gives (field ->
+    value); `rules`: each field's resume rule (RESUME_RULES); `builtin_models()`: what --model '' resolves to
+    (restart_config). Without --resume, `settings`; with it, the checkpoint's saved settings (or, --resume auto before
+    the first checkpoint, the run's config.json) with the flags given checked against them (resume_settings), and one
+    line saying what it resumes; --resume auto on a directory that holds no run: a fresh run with `settings`. Saved
+    settings that lack one of `settings` are an earlier version's: one error line naming what they lack."""
+    resume, output_dir = settings["resume"], settings["output_dir"]
+    if not resume:
+        return settings
+    if settings["overwrite"]:
+        raise SystemExit(f"error: --overwrite: contradicts --resume {resume} (--resume continues the run, --overwrite "
+                         "replaces it): give one of them")
+    ckpt = resolve_resume(resume, output_dir)
+    saved = saved_config(ckpt) if ckpt else restart_config(output_dir, builtin_models())
+    if saved is None:  # --resume auto on a directory without a run: a fresh run
+        return {**settings, "resume": "", "overwrite": True}
+    where = ckpt or f"auto ({output_dir}/config.json)"
+    missing = [flag_name(k) for k in settings if k not in saved]
+    if missing:
+        raise SystemExit(f"error: --resume {where}: its settings come from an earlier version of train.py, one "
+                         f"without {', '.join(missing)} (resume it with that version, or start a new run in another "
+                         "--output-dir)")
+    given = {"output_dir": output_dir if resume == "auto" else os.path.dirname(ckpt.rstrip("/")), **given}
+    merged = resume_settings(saved, given, settings["resume_override"], where, rules)
+    # (no checkpoint: the run starts again from step 0 and replaces what it left, --overwrite's way)
+    out = {**{k: merged[k] for k in settings}, "resume": ckpt or "", "overwrite": not ckpt}
+    if ckpt:
+        check_finished(ckpt, out["max_steps"], out["output_dir"])
+        say(f"resuming from step {ckpt.rstrip('/').rsplit('-', 1)[-1]} of {out['output_dir']}")
+    else:
+        say(f"no checkpoint in {output_dir}: its run (--recipe {saved.get('recipe', '?')}, "
+            f"--model {saved.get('model') or 'the built-in tiny model'}) starts again from step 0 with its settings "
+            f"(its config.json)")
+    return out
+
+
+def resume_settings(saved: dict, given: dict, override: bool, ckpt: str, rules: dict) -> dict:
+    """The resumed run's settings: the saved ones, with the flags `given` on the command line whose rule (`rules`,
+    RESUME_RULES) is 'free' (and, with --resume-override, the 'checked' ones, each announced). One error line
+    otherwise."""
+    changed = {k: v for k, v in given.items() if k in saved and v != saved[k] and rules[k] != "free"}
+    fixed = {k: v for k, v in changed.items() if rules[k] == "fixed" or not override}
     if fixed:
-        what = ", ".join(f"{flag(k)} {v!r} (the run: {saved[k]!r})" for k, v in fixed.items())
-        n_fixed = sum(k in RESUME_FIXED for k in fixed)
+        what = ", ".join(f"{flag_name(k)} {v!r} (the run: {saved[k]!r})" for k, v in fixed.items())
+        n_fixed = sum(rules[k] == "fixed" for k in fixed)
         hint = ("" if n_fixed == len(fixed) else "; --resume-override applies " + ("them" if not n_fixed else "those not "
                 "about the model, data, recipe, seed or evaluation") + " with a warning each")
         raise SystemExit(f"error: --resume {ckpt}: {what} would change the run it continues (its settings are "
                          f"its checkpoint's: leave the flag out, or start a new run in another --output-dir{hint})")
     for k, v in changed.items():
-        say(f"warning: --resume-override: {flag(k)} {v!r} replaces the run's {saved[k]!r} from here on")
+        say(f"warning: --resume-override: {flag_name(k)} {v!r} replaces the run's {saved[k]!r} from here on")
     return {**saved, **given}
 
 

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import grpo
 from curriculum import (
     Curriculum,
-    Stage,
+    CurriculumStage,
     compass_stages,
     reject_zero_advantage,
     skywork_stages,
@@ -26,41 +26,43 @@ LEVELS = [1, 1, 2, 2, 3, 3, 4, 4, 5, 5, None, None]  # dataset indices 0..11; 10
 
 
 def test_stage_switches_at_configured_steps():
-    cur = Curriculum([Stage(3, max_new_tokens=8), Stage(6, max_new_tokens=16), Stage(10, max_new_tokens=32)], LEVELS)
+    cur = Curriculum([CurriculumStage(3, max_new_tokens=8), CurriculumStage(6, max_new_tokens=16),
+                      CurriculumStage(10, max_new_tokens=32)], LEVELS)
     assert [cur.stage_index(k) for k in range(12)] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 2, 2]
     assert cur.stage_at(5).max_new_tokens == 16 and cur.stage_at(1000).max_new_tokens == 32
     _, stage = cur.next_batch(4)
     assert stage.max_new_tokens == 16 and cur.metrics()["data/stage"] == 1
     with pytest.raises(ValueError):
-        Curriculum([Stage(5), Stage(3)], LEVELS)
+        Curriculum([CurriculumStage(5), CurriculumStage(3)], LEVELS)
     with pytest.raises(ValueError):
-        Curriculum([Stage(5, level_weights=(1, 1))], LEVELS)
+        Curriculum([CurriculumStage(5, level_weights=(1, 1))], LEVELS)
 
 
 def test_level_weights_and_default_level():
-    cur = Curriculum([Stage(10, level_weights=(0, 0, 0, 0, 1))], LEVELS)
+    cur = Curriculum([CurriculumStage(10, level_weights=(0, 0, 0, 0, 1))], LEVELS)
     assert set(cur.next_batch(0, 20)[0]) == {8, 9}
-    cur = Curriculum([Stage(10, level_weights=(0, 0, 1, 0, 0))], LEVELS)
+    cur = Curriculum([CurriculumStage(10, level_weights=(0, 0, 1, 0, 0))], LEVELS)
     assert set(cur.next_batch(0, 20)[0]) == {4, 5, 10, 11}  # no level counts as level 3
-    cur = Curriculum([Stage(10, level_weights=(3, 0, 0, 0, 1))], LEVELS, seed=0)
+    cur = Curriculum([CurriculumStage(10, level_weights=(3, 0, 0, 0, 1))], LEVELS, seed=0)
     idx, _ = cur.next_batch(0, 4000)
     share = sum(i in (0, 1) for i in idx) / 4000
     assert abs(share - 0.75) < 4 * math.sqrt(0.75 * 0.25 / 4000)
     with pytest.raises(ValueError):
-        Curriculum([Stage(1)], [7])
+        Curriculum([CurriculumStage(1)], [7])
 
 
 def test_within_a_level_prompts_walk_epoch_permutations():
     levels = [2] * 10
-    cur = Curriculum([Stage(5, level_weights=(0, 1, 0, 0, 0))], levels)
+    cur = Curriculum([CurriculumStage(5, level_weights=(0, 1, 0, 0, 0))], levels)
     a, b = cur.next_batch(0, 10)[0], cur.next_batch(1, 10)[0]
     assert sorted(a) == sorted(b) == list(range(10)) and a != b
 
 
 def test_online_filter_drops_last_perfect_prompts_at_stage_start():
     levels = [3] * 6
-    cur = Curriculum([Stage(2, level_weights=(0, 0, 1, 0, 0)), Stage(4, level_weights=(0, 0, 1, 0, 0)), Stage(6)],
-                     levels, online_filter=True)
+    w = (0, 0, 1, 0, 0)
+    stages = [CurriculumStage(2, level_weights=w), CurriculumStage(4, level_weights=w), CurriculumStage(6)]
+    cur = Curriculum(stages, levels, online_filter=True)
     cur.next_batch(0, 6)
     cur.observe([0, 1, 2, 3], [1.0, 0.5, 1.0, 1.0])
     cur.observe([3], [0.75])  # 3's LAST accuracy in stage 0 is 0.75: kept
@@ -73,13 +75,14 @@ def test_online_filter_drops_last_perfect_prompts_at_stage_start():
     cur.observe([1], [1.0])  # perfect in stage 1: dropped only when stage 2 starts
     assert 1 in cur.next_batch(3, 40)[0]
     assert 1 not in cur.next_batch(4, 40)[0] and cur.dropped == {0, 1, 2}
-    off = Curriculum([Stage(1), Stage(2)], levels)  # off by default: Skywork-OR1's, not Compass-Thinker's
+    off = Curriculum([CurriculumStage(1), CurriculumStage(2)], levels)  # off by default: Skywork-OR1's, not Compass's
     off.observe([0], [1.0])
     assert 0 in off.next_batch(1, 40)[0]
 
 
 def test_filter_exhausting_the_weighted_levels_raises():
-    cur = Curriculum([Stage(1, level_weights=(1, 0, 0, 0, 0)), Stage(2, level_weights=(1, 0, 0, 0, 0))], LEVELS,
+    first = (1, 0, 0, 0, 0)
+    cur = Curriculum([CurriculumStage(1, level_weights=first), CurriculumStage(2, level_weights=first)], LEVELS,
                      online_filter=True)
     cur.observe([0, 1], [1.0, 1.0])
     with pytest.raises(RuntimeError, match="no prompts left"):

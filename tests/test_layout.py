@@ -100,22 +100,25 @@ def test_train_py_reads_top_down_as_the_loop():
 
 
 def test_every_flag_is_declared_once():
-    """Each Config field carries its --help group, help text, choices and check; --help shows every field, by group."""
+    """Each Config field carries its --help group, help text, choices, check and resume rule; --help shows the core
+    fields first, then every other field under its group, in config.GROUPS order."""
     import dataclasses
 
     import config
+    import runs
 
     fields = dataclasses.fields(config.Config)
     for f in fields:
         m = f.metadata
-        assert m["group"] in config.GROUPS and m["help"], f.name
+        assert m["group"] in config.GROUPS and m["help"] and m["resume"] in runs.RESUME_RULES, f.name
         assert m["choices"] is None or f.default in m["choices"], f.name
     text = config.build_parser().format_help()
-    at = [text.index("\n" + g + ":") for g in config.GROUPS]
-    assert at == sorted(at), "--help shows the groups in config.GROUPS order"
+    titles = (config.CORE, *config.GROUPS)
+    at = [text.index("\n" + g + ":") for g in titles] + [len(text)]
+    assert at == sorted(at), "--help shows the core flags, then the groups in config.GROUPS order"
     for f in fields:
-        flag = "--" + f.name.replace("_", "-")
-        assert flag in text[at[config.GROUPS.index(f.metadata["group"])]:], flag
+        k = titles.index(config.CORE if f.metadata["core"] else f.metadata["group"])
+        assert re.search(r"\n  --" + f.name.replace("_", "-") + r"[ ,\n]", text[at[k]:at[k + 1]]), f.name
 
 
 def test_help_strings_fit_120_columns():

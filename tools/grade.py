@@ -424,7 +424,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser():
-    from config import PROBABILITY, above, add_threads, at_least, number  # train.py's checks of the same values
+    from config import add_threads
+    from trainer.checks import PROBABILITY, above, at_least, number  # train.py's checks of the same values
 
     ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)

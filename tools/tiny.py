@@ -596,7 +596,7 @@ def get_tiny_model(recipe: TinyRecipe | ChatRecipe | CountdownRecipe | None = No
 def main(argv=None):
     """The command line: build (or --ship) a tiny model from a recipe's settings."""
     import data
-    from config import above, at_least, number, within
+    from trainer.checks import above, at_least, number, within
 
     ap = ArgParser(prog="-m tools.tiny", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     fields = {f.name: f for f in dataclasses.fields(TinyRecipe) + dataclasses.fields(ChatRecipe) +

@@ -10,6 +10,7 @@
     metrics.py       the step's rollout metrics over processes, the update's metrics, summary.json and curves.png
     setup.py         the Run: inputs checked, model, reference, optimizer, engine, tasks and samplers built
     checkpoints.py   checkpoint-N (runs.py writes it atomically), restore, the run directory's files
-    stages.py        --stages (Ring-lite's math -> code): parsed and checked
+    stages.py        --stages (Ring-lite's math -> code): parsed and checked; --reward's values
+    checks.py        the values a flag may take and the rules between flags (config.Config.validate)
     lora.py          LoRA / QLoRA through peft
 """

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from config import REWARDS
-
+# --reward's values; each one's task kind (its prompt template and built-in data) is kind_of's
+REWARDS = ("math", "math-strict", "math-dapo", "code", "code-strict", "code-soft", "countdown", "rg")
 STAGE_KEYS = {"data": str, "reward": str, "max_new_tokens": int, "steps": int, "eval": str, "eval_problems": int}
 
 
 @dataclass
-class Stage:
-    """One stage of a run: steps [start, end) train on `data` with `reward` and responses of up to `max_new_tokens`."""
+class RunStage:
+    """One stage of a run: steps [start, end) train on `data` with `reward` and responses of up to `max_new_tokens`
+    (a --curriculum's stage, within one data set, is curriculum.CurriculumStage)."""
     data: str
     reward: str
     max_new_tokens: int
@@ -48,13 +49,13 @@ def wrong_builtin(reward: str, specs: dict) -> str | None:
     return next((name for name, spec in specs.items() if str(spec).partition(":")[0] in others), None)
 
 
-def parse_stages(cfg) -> list[Stage]:
-    """--stages as Stage objects (one stage from the flags when empty); bad input -> one `error:` line."""
+def parse_stages(cfg) -> list[RunStage]:
+    """--stages as RunStage objects (one stage from the flags when empty); bad input -> one `error:` line."""
     if not cfg.stages:
         flag = wrong_builtin(cfg.reward, {"train-data": cfg.train_data, "eval-data": cfg.eval_data})
         if flag:
             raise SystemExit(f"error: --{flag}: {getattr(cfg, flag.replace('-', '_'))} does not go with --reward {cfg.reward}")
-        return [Stage(cfg.train_data, cfg.reward, cfg.max_new_tokens, cfg.eval_data, cfg.eval_problems, 0, cfg.max_steps)]
+        return [RunStage(cfg.train_data, cfg.reward, cfg.max_new_tokens, cfg.eval_data, cfg.eval_problems, 0, cfg.max_steps)]
     specs = []
     for k, text in enumerate([t.strip() for t in cfg.stages.split(";") if t.strip()], 1):
         def bad(msg):
@@ -90,7 +91,7 @@ def parse_stages(cfg) -> list[Stage]:
     out, start = [], 0
     for f in specs:
         n = f.get("steps") or (cfg.max_steps - given) // len(free) + (f is free[-1]) * ((cfg.max_steps - given) % len(free))
-        out.append(Stage(f["data"], f["reward"], f.get("max_new_tokens", cfg.max_new_tokens), f.get("eval", cfg.eval_data),
+        out.append(RunStage(f["data"], f["reward"], f.get("max_new_tokens", cfg.max_new_tokens), f.get("eval", cfg.eval_data),
                          f.get("eval_problems", cfg.eval_problems), start, start + n))
         start += n
     return out
