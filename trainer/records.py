@@ -18,7 +18,7 @@ class StepPlan:
     """What step `step` draws and generates; a function of the step alone (the producer thread of --rollout-lag
     plans the next step from it while the trainer updates, sharing no state that changes)."""
     step: int  # 0-based
-    stage: object  # trainer.stages.Stage: --stages' stage of this step (one stage without --stages)
+    stage: object  # trainer.stages.RunStage: --stages' stage of this step (one stage without --stages)
     task: object  # trainer.setup.Task: the stage's data, prompt sampler, reward and prompt template
     group_size: int  # G (a curriculum stage may change it)
     n_prompts: int  # B over all processes (a curriculum stage may change it)
