@@ -171,7 +171,7 @@ class Producer:
 
 # ------------------------------------------------------------------------------------------------
 # The decoupled loss's behaviour weight w = pi_prox / pi_behav, capped (the module docstring): the trainer passes it to
-# the idea file's policy_loss as token_weights (train.microbatch_loss), with --rollout-lag or --tis-cap alone (the
+# the idea file's policy_loss as token_weights (train.loss_inputs), with --rollout-lag or --tis-cap alone (the
 # engine's own log-probs as pi_behav)
 # ------------------------------------------------------------------------------------------------
 TIS_MODES = ("truncate", "mask")  # --tis-mode: what a weight above the cap becomes
