@@ -62,11 +62,8 @@ def pending_state(p) -> dict | None:
 
 
 def pending_from(d: dict) -> async_rollout.Pending:
-    if "rollout" in d:
-        rollout = Rollout(**d["rollout"])
-    else:  # a checkpoint written before the Rollout record: (round, timeouts, responses generated, metrics)
-        r, extra = d["round"], dict(d["extra"])
-        rollout = Rollout(r["idx"], r["exs"], r["prompts"], r["comps"], r["rewards"], r["correct"], r["G"],
-                          timeouts=d["timeouts"], generated=d["n_gen"], observed=extra.pop("_observed", []),
-                          behav_logp=extra.pop("_behav", None), metrics=extra)
-    return async_rollout.Pending(d["step"], d["version"], rollout, d["gen_time_s"])
+    """pending_state's inverse (a checkpoint's finished batch)."""
+    if "rollout" not in d:  # the format before the Rollout record
+        raise SystemExit("error: --resume: the checkpoint's pending batch (--rollout-lag) is an earlier version's "
+                         "format: resume it with that version, or start a new run")
+    return async_rollout.Pending(d["step"], d["version"], Rollout(**d["rollout"]), d["gen_time_s"])
