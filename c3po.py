@@ -184,8 +184,9 @@ def policy_loss(
 
 # C3PO change 1 (Sec. 3.2, Eq. 3, Fig. 3): greedy token-budget selection, after advantages, before the loss.
 def budget_select(lengths, budget: int, shuffle_seed: int | None = None) -> torch.Tensor:
-    """Kept-token count (N,) long per response of `lengths` (N,), greedy in rollout order (or a seeded shuffle): the
-    last one selected is cut so the counts sum to min(budget, sum(lengths)). Its mask: budget_mask(mask, kept)."""
+    """Kept-token count (N,) long per response of `lengths` (N,), greedy in rollout order (or a seeded shuffle:
+    `shuffle_seed`, no flag, tests only): the last one selected is cut so the counts sum to min(budget, sum(lengths)).
+    Its mask: budget_mask(mask, kept)."""
     lens = [int(x) for x in torch.as_tensor(lengths).tolist()]
     order = list(range(len(lens)))
     if shuffle_seed is not None:

@@ -120,7 +120,7 @@ def policy_loss(
     logp, old_logp, advantages, mask, ref_logp=None, *, clip_low=PAPER["clip_low"], clip_high=PAPER["clip_high"],
     kl_coef=PAPER["kl_coef"], loss_agg=PAPER["loss_agg"], num_seqs=None, num_tokens=None, token_weights=None,
     dual_clip_c=0.0,
-    unified_mask=False,  # CISPO change 4 (Eq. 6-7): M_it = 0 on the tokens PPO's clip drops; off, as M1 trains
+    unified_mask=False,  # CISPO change 4 (Eq. 6-7): M_it = 0 on the tokens PPO's clip drops; off, as M1 trains (no flag)
 ):
     """The loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
 

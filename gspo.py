@@ -135,7 +135,7 @@ def policy_loss(
     logp, old_logp, advantages, mask, ref_logp=None, *, clip_low=PAPER["clip_low"], clip_high=PAPER["clip_high"],
     kl_coef=PAPER["kl_coef"], loss_agg=PAPER["loss_agg"], num_seqs=None, num_tokens=None, token_weights=None,
     dual_clip_c=0.0,
-    token_form=False,  # GSPO change 3 (Sec. 4.3): GSPO-token
+    token_form=False,  # GSPO change 3 (Sec. 4.3): GSPO-token (no flag: tests/test_gspo.py runs it)
 ):
     """The loss to minimise (minus the objective above) and its metrics, for one (micro-)batch.
 

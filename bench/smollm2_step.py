@@ -34,8 +34,7 @@ VARIANTS = {
     "+ eager attention, bf16 rollout copy, inverse-cdf draw": FAST,
     "+ eager attention, bf16 rollout copy, inverse-cdf draw, lora 32": [*FAST, "--lora-rank", "32"],
     "bf16-mixed 2 threads eager, vllm bf16": VLLM,
-    "bf16-mixed 2 threads eager, vllm bf16, one micro-batch": [*VLLM, "--micro-batch-tokens", "16384"],
-    "+ eager attention, bf16 rollout copy, inverse-cdf draw, one micro-batch": [*FAST, "--micro-batch-tokens", "16384"],
+    "bf16-mixed 2 threads eager, vllm bf16, lora 32": [*VLLM, "--lora-rank", "32"],
 }
 
 

@@ -117,7 +117,7 @@ class Collector:
         sampler = dapo.DynamicSampler(plan.n_prompts // self.world, G, self.cfg.max_gen_rounds)
         n_gen, timeouts = 0, 0
         while True:
-            # verl's gen_batch_size (its DAPO recipe, verl-recipe 48ea0a7: 3 x the train batch)
+            # verl's gen_batch_size (its DAPO recipe: 3 x the train batch; docs/peers.md)
             n_draw = plan.n_prompts * self.cfg.gen_batch_factor
             if sampler.full:  # another process is still short: draw (and skip) its round to keep samplers in lockstep
                 self.take_prompts(plan, n_draw)

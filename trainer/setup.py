@@ -37,7 +37,7 @@ class Run:
     engine: object
     ent_ctrl: object  # entropy.AdaptiveEntropy or None
     tasks: list  # Task per distinct (data, reward) of the stages: one unless --stages
-    stages: list  # Stage per stage, each with its task index in .task
+    stages: list  # a trainer.stages.RunStage per stage, each with its task index in .task
     start_step: int = 0
     history: list = field(default_factory=list)
     evals: list = field(default_factory=list)
