@@ -88,7 +88,7 @@ def clipped_surrogate(logp, old_logp, advantages, clip_low: float = PAPER["clip_
 def dual_clip(loss_tok: torch.Tensor, advantages: torch.Tensor, c: float):
     """Dual-clip PPO (Ye et al. 2020, arXiv 1912.09729) on a per-token clipped loss (N, T): for A < 0 the loss is
     at most c * |A|, so a ratio far above 1 + eps on a negative advantage cannot push the loss up without bound.
-    CISPO choice: refused; CISPO has no min() for it to bound, and its weight is capped already."""
+    Refused, following CISPO change 1: there is no min() for it to bound, and the weight is capped already."""
     raise ValueError(f"CISPO has no dual clip (its importance weight is capped already), got dual_clip_c={c}")
 
 
@@ -128,7 +128,7 @@ def policy_loss(
     token_weights (N, T), detached, multiply the clipped surrogate per token (not the KL term): truncated
     importance sampling between the rollout engine and the trainer (async_rollout.tis_weights); None = all ones.
     dual_clip_c > 1 bounds the clipped loss of a negative advantage by c * |A| before the weights (`dual_clip`);
-    refused here (CISPO choice): dual_clip_c must be 0.
+    refused here (following CISPO change 1): dual_clip_c must be 0.
     """
     loss_tok, capped_low, capped_high = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
     adv = advantages.unsqueeze(-1)  # (N, 1); CISPO change 4: where PPO's clip would drop the gradient (M_it = 0)
@@ -156,6 +156,6 @@ def policy_loss(
     }
     if dual is not None:
         metrics["clip_frac_dual"] = (dual & m).sum().item() / n.item()
-    metrics["capped_frac_low"] = (capped_low & m).sum().item() / n.item()  # CISPO choice: weight capped, any A
+    metrics["capped_frac_low"] = (capped_low & m).sum().item() / n.item()  # CISPO change 1's caps, any A
     metrics["capped_frac_high"] = (capped_high & m).sum().item() / n.item()
     return loss, metrics
