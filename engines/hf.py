@@ -29,7 +29,7 @@ class HFEngine(Engine):
         if not self.dtype:
             self.model = model  # generates with the training model itself: nothing to copy
             return
-        if self.model is None:  # the copy: the policy's architecture and attention, built once
+        if self.model is None:  # the copy: the policy's architecture, built once
             from transformers import AutoModelForCausalLM
 
             src = next(model.parameters())
