@@ -35,6 +35,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -58,10 +59,28 @@ NO_COUNTDOWN = {"ringlite-stages": "its claim is about two domains trained in tu
                 "mimo-code": "its claim is about partial credit over a program's test cases, and a Countdown answer is "
                              "one check (right or wrong)"}
 ON_COUNTDOWN = "Countdown level 1, the shipped cold start, its defaults (128 tokens, lr 3e-4)"  # the reports' notes
+# --task smollm2: a real pretrained LLM (docs/smollm2.md): SmolLM2-135M-Instruct on reasoning-gym's chain_sum (two
+# one-digit terms, "The final answer is X." asked for), the README run's settings (8 prompts x 8, bf16 autocast, lr
+# 1e-5) at 32 new tokens, where a quarter of its first responses are truncated (bench/smollm2_base.py: 0.25, in-format
+# accuracy 0.016), so that the length limit acts as in the papers; the step made cheap (eager attention, the fast
+# engine's bf16 copy and inverse-CDF draw: docs/smollm2.md). 24 held-out problems (of the 26 on the held-out side of
+# two one-digit terms), greedy every 10 steps. Runs are kept
+# as data in docs/smollm2_runs/reproduce/ (checkpoints aside), so an unfinished reproduction resumes where it stopped.
+SMOLLM2 = ["--model", "smollm2-135m-instruct", "--train-data",
+           "rg:chain_sum?min_terms=2&max_terms=2&max_digits=1&format=final-answer", "--batch-size", "64",
+           "--group-size", "8", "--max-new-tokens", "32", "--dtype", "bf16-mixed", "--lr", "1e-5",
+           "--attn-implementation", "eager", "--rollout", "fast", "--rollout-dtype", "bfloat16", "--draw", "inverse-cdf",
+           "--eval-problems", "24", "--eval-every", "10", "--eval-samples", "4", "--reward-workers", "0",
+           "--save-every", "10", "--keep-checkpoints", "1"]
+SMOLLM2_PAPERS = ("dapo", "entropy")  # the others' SmolLM2 forms: not yet
+SMOLLM2_RUNS = os.path.join(ROOT, "docs", "smollm2_runs", "reproduce")
+TASKS = ("math", "countdown", "smollm2")
 
 
 def common(task: str) -> list:
-    """COMMON, and on Countdown its task (whose config.py defaults then apply)."""
+    """COMMON, and on Countdown its task (whose config.py defaults then apply); SMOLLM2 on the real model."""
+    if task == "smollm2":
+        return list(SMOLLM2)
     return COMMON + (COUNTDOWN if task == "countdown" else [])
 
 
@@ -76,6 +95,7 @@ class Experiment:
     plots: list  # [(title, metric key or function(run) -> (steps, values))]
     note: str = ""  # what the scale of this reproduction changes
     runs: dict = field(default_factory=dict)  # variant -> [Run per seed], filled by `run`
+    early: bool = False  # some runs ended before their last step: checks compare pairs at pair_step
 
 
 @dataclass
@@ -135,11 +155,30 @@ def per_seed(exp, variant, fn):
     return [fn(r) for r in exp.runs[variant]]
 
 
+def pair_step(exp, a, b):
+    """Where some runs ended early (a time limit, an error): the last evaluated step every run of `a` and `b` reached,
+    at which the two are compared; None when every run finished."""
+    if not exp.early:
+        return None
+    return min(last_eval_step(r.dir) for r in exp.runs[a] + exp.runs[b])
+
+
+def at(exp, a, b) -> str:
+    """' at step K' where `a` and `b` are compared at step K (pair_step), else ''."""
+    k = pair_step(exp, a, b)
+    return "" if k is None else f" at step {k}"
+
+
 def compare(exp, a, b, fn, higher=True):
     """Does variant `a` beat `b` on fn (higher or lower)? -> (in the mean by more than the seeds' spread, seeds where
     it does, seeds, mean of a, mean of b). A mean difference within the larger of the two standard deviations over
-    seeds counts as no difference; so does any difference when a seed's value is nan (first_step_at: never)."""
-    xa, xb = per_seed(exp, a, fn), per_seed(exp, b, fn)
+    seeds counts as no difference; so does any difference when a seed's value is nan (first_step_at: never). Runs
+    that ended early: both variants' runs read up to pair_step."""
+    k = pair_step(exp, a, b)
+    if k is None:
+        xa, xb = per_seed(exp, a, fn), per_seed(exp, b, fn)
+    else:
+        xa, xb = ([fn(load_run(r.dir, k)) for r in exp.runs[v]] for v in (a, b))
     wins = sum((x > y) if higher else (x < y) for x, y in zip(xa, xb))
     ma, mb = statistics.mean(xa), statistics.mean(xb)
     sd = lambda xs: statistics.stdev(xs) if all(x == x for x in xs) else float("nan")  # noqa: E731 (nan: a seed never got there)
@@ -163,7 +202,66 @@ def line(what, res, fmt="{:.3g}"):
 
 # ------------------------------------------------------------------------------------------------
 # The experiments, one list per paper
+def held_out(key="eval/accuracy", n=2):
+    """Mean of a held-out metric over a run's last n evaluations after step 0 (the real model's runs: 24 problems
+    greedy every 10 steps, so two evaluations are 48 answers; a run stopped at a time limit has them too)."""
+    def f(r: Run):
+        vals = [e[key] for e in r.evals if e["step"] > 0 and key in e][-n:]
+        return statistics.mean(vals) if vals else float("nan")
+    return f
+
+
+def dapo_smollm2():
+    """DAPO Table 1 on SmolLM2-135M-Instruct. The rows as the issue of this form names them: GRPO, then clip-higher,
+    the soft overlong punishment, the token-level loss and dynamic sampling added in turn; overlong filtering is not a
+    row of its own (DAPO's released recipe runs the soft punishment without the filter)."""
+    steps = ["GRPO", "+ clip-higher", "+ soft overlong punishment", "+ token-level loss", "+ dynamic sampling (= DAPO)"]
+    adds = [[], ["--clip-high", "0.28"], ["--overlong-buffer", "8"], ["--loss-agg", "token-mean"],
+            ["--dynamic-sampling", "--gen-batch-factor", "3"]]
+    variants, acc = {}, []
+    for name, add in zip(steps, adds):
+        acc = acc + add
+        variants[name] = list(acc)
+    acc_ = held_out()
+
+    def check(exp, runs):
+        top = compare(exp, steps[-1], steps[0], acc_)
+        hi = compare(exp, steps[1], steps[0], acc_)
+        ol = compare(exp, steps[2], steps[1], acc_)
+        ent = compare(exp, steps[1], steps[0], over_run("policy/entropy"))
+        trunc = compare(exp, steps[2], steps[1], over_run("rollout/truncated_frac"), higher=False)
+        return verdict_of([top, hi, ol]), [
+            line(f"held-out greedy accuracy (last two evaluations), DAPO vs GRPO{at(exp, steps[-1], steps[0])}", top),
+            line(f"the clip-higher row: + clip-higher vs GRPO, same accuracy{at(exp, steps[1], steps[0])}", hi),
+            line(f"the overlong row: + soft overlong punishment vs + clip-higher, same accuracy"
+                 f"{at(exp, steps[2], steps[1])}", ol),
+            line(f"mechanism: token entropy over the run, + clip-higher vs GRPO (higher = kept up)"
+                 f"{at(exp, steps[1], steps[0])}", ent),
+            line(f"mechanism: truncated share over the run, + soft overlong vs + clip-higher (lower = fewer cut off)"
+                 f"{at(exp, steps[2], steps[1])}", trunc)]
+
+    return [Experiment(
+        "DAPO Table 1: the cumulative ablation",
+        "DAPO Table 1: each technique added to naive GRPO raises AIME avg@32 (30 -> 36 -> 38 -> 41 -> 42 -> 50).",
+        common("smollm2") + ["--wrong-reward", "-1", "--mini-batch-size", "16", "--max-steps", "30"], variants, check,
+        [("held-out acc (last 2 evals)", acc_), ("greedy acc after", final("eval/accuracy")),
+         ("avg@4 after", final("eval/avg@4")), ("truncated", over_run("rollout/truncated_frac")),
+         ("clip hi", over_run("policy/clip_frac_high")), ("entropy", over_run("policy/entropy")),
+         ("length", over_run("rollout/response_length")), ("zero-var groups", over_run("rollout/frac_zero_std"))],
+        [("held-out greedy accuracy", "eval:eval/accuracy"), ("train accuracy", "rollout/accuracy"),
+         ("response length", "rollout/response_length"), ("truncated share", "rollout/truncated_frac"),
+         ("token entropy", "policy/entropy")],
+        note="SmolLM2-135M-Instruct, chain_sum at 32 new tokens (a quarter of the first responses reach it), 8 prompts "
+             "x 8, lr 1e-5, mu = 4 (mini-batches of 16 of the 64 responses; DAPO's is 16), reward +-1 in every row "
+             "(DAPO's), the soft punishment over the last 8 tokens (DAPO's 4K of 20K is a fifth; the dapo recipe's 16 "
+             "of 64 a quarter), the dapo recipe's generation factor 3. The check reads the held-out greedy accuracy "
+             "of the last two evaluations (24 problems each) rather than avg@k at the end, so that a run stopped at a "
+             "time limit is compared at the last evaluation every run reached.")]
+
+
 def dapo_experiments(task="math"):
+    if task == "smollm2":
+        return dapo_smollm2()
     steps = ["GRPO", "+ overlong filtering", "+ clip-higher", "+ soft overlong punishment", "+ token-level loss",
              "+ dynamic sampling (= DAPO)"]
     cd = task == "countdown"
@@ -213,7 +311,45 @@ def dapo_experiments(task="math"):
         note=note)]
 
 
+def entropy_smollm2():
+    """DAPO Sec. 3.1 / Skywork Sec. 3.7 on SmolLM2-135M-Instruct, whose entropy starts at ~2.5 nats/token and falls
+    to ~0.05 in 25 steps of plain GRPO (docs/smollm2.md): mu 1 with the symmetric clip, mu 8 with each clip. The toy
+    forms' fourth variant (clip-higher at mu 1: identical to the symmetric clip, nothing is clipped) is left out."""
+    sym, hi = ["--clip-high", "0.2"], ["--clip-high", "0.28"]
+    variants = {"eps 0.2/0.2, mu 1": sym, "eps 0.2/0.2, mu 8": sym + ["--mini-batch-size", "8"],
+                "eps 0.2/0.28, mu 8": hi + ["--mini-batch-size", "8"]}
+    ent = last("policy/entropy", 5)
+
+    def check(exp, runs):
+        keep = compare(exp, "eps 0.2/0.28, mu 8", "eps 0.2/0.2, mu 8", ent)
+        faster = compare(exp, "eps 0.2/0.2, mu 8", "eps 0.2/0.2, mu 1", ent, higher=False)
+        clip = compare(exp, "eps 0.2/0.28, mu 8", "eps 0.2/0.2, mu 8", over_run("policy/clip_frac_high"), higher=False)
+        a, b, c = "eps 0.2/0.28, mu 8", "eps 0.2/0.2, mu 8", "eps 0.2/0.2, mu 1"
+        return verdict_of([keep, faster]), [
+            line(f"entropy (last 5 steps), mu 8: clip-higher vs symmetric (higher = kept up){at(exp, a, b)}", keep),
+            line(f"entropy (last 5 steps), symmetric: mu 8 vs mu 1 (lower = collapses faster off-policy){at(exp, b, c)}",
+                 faster),
+            line(f"mechanism: share of tokens clipped on the high side, mu 8: clip-higher vs symmetric{at(exp, a, b)}",
+                 clip)]
+
+    return [Experiment(
+        "Entropy: clip-higher and off-policy updates",
+        "DAPO Sec. 3.1 (Fig. 2): with the symmetric clip the entropy collapses; clip-higher (eps_high 0.28) keeps it up. "
+        "Skywork-OR1 Sec. 3.7 / 4: more off-policy updates per rollout (N_SGD > 1) collapse entropy faster.",
+        common("smollm2") + ["--loss-agg", "token-mean", "--max-steps", "30"], variants, check,
+        [("entropy, first 5", lambda r: statistics.mean(m["policy/entropy"] for m in r.metrics[:5])),
+         ("entropy, last 5", ent), ("clip hi", over_run("policy/clip_frac_high")),
+         ("clip lo", over_run("policy/clip_frac_low")), ("held-out acc (last 2 evals)", held_out()),
+         ("truncated", over_run("rollout/truncated_frac")), ("length", over_run("rollout/response_length"))],
+        [("token entropy", "policy/entropy"), ("train accuracy", "rollout/accuracy"),
+         ("clip fraction (high)", "policy/clip_frac_high"), ("held-out greedy accuracy", "eval:eval/accuracy")],
+        note="SmolLM2-135M-Instruct, chain_sum at 32 new tokens, 8 prompts x 8, lr 1e-5, token-mean in all three; "
+             "mu 8 = mini-batches of 8 of the 64 responses.")]
+
+
 def entropy_experiments(task="math"):
+    if task == "smollm2":
+        return entropy_smollm2()
     sym, hi = ["--clip-high", "0.2"], ["--clip-high", "0.28"]
     variants = {"eps 0.2/0.2, mu 1": sym, "eps 0.2/0.28, mu 1": hi,
                 "eps 0.2/0.2, mu 8": sym + ["--mini-batch-size", "16"], "eps 0.2/0.28, mu 8": hi + ["--mini-batch-size", "16"]}
@@ -589,8 +725,15 @@ def slug(s: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in s.lower()).strip("-").replace("--", "-")
 
 
-def train_argv(exp, variant, seed, out, smoke):
-    argv = exp.base + exp.variants[variant] + ["--seed", str(seed), "--output-dir", out]
+def train_argv(exp, variant, seed, out, smoke, scale=1, threads=None, checkpoints=True):
+    argv = exp.base + exp.variants[variant] + ["--seed", str(seed), "--output-dir", os.path.relpath(out, ROOT)]
+    if not checkpoints:  # runs a time limit will stop are never resumed: a checkpoint at the end only
+        argv += ["--save-every", "0"]
+    if scale != 1:  # --scale K: K times the steps (the last --max-steps is the one train.py reads)
+        k = len(argv) - 1 - argv[::-1].index("--max-steps")
+        argv[k + 1] = str(int(argv[k + 1]) * scale)
+    if threads:
+        argv += ["--threads", str(threads)]
     if smoke:
         argv += ["--max-steps", "2", "--eval-every", "0", "--eval-problems", "8", "--eval-samples", "0"]
         if any("steps=" in a for a in argv):  # stages with their own step counts: one step each, two stages
@@ -599,39 +742,82 @@ def train_argv(exp, variant, seed, out, smoke):
     return argv
 
 
-def run_one(argv, out):
-    """train.py in a subprocess; reused when `out` holds a finished run with the same arguments."""
+def run_one(argv, out, resume=False, deadline=None):
+    """train.py in a subprocess; reused when `out` holds a finished run with the same arguments. An unfinished run
+    with the same arguments continues from its last checkpoint when `resume` (train.py --resume auto), else starts
+    again from nothing. At `deadline` (time.time()) a run still going is stopped as Ctrl-C stops it: returns None."""
     done, meta = os.path.join(out, "summary.json"), os.path.join(out, "run.json")
-    if os.path.exists(done) and os.path.exists(meta) and json.load(open(meta))["argv"] == argv:
+    same = os.path.exists(meta) and json.load(open(meta))["argv"] == argv
+    if os.path.exists(done) and same:
         return 0.0
-    shutil.rmtree(out, ignore_errors=True)  # an unfinished or different run starts again from nothing
-    os.makedirs(out)
+    earlier = json.load(open(meta)).get("wall_s", 0.0) if same else 0.0  # the seconds of the interrupted sittings
+    if not (resume and same):
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
     with open(meta, "w") as f:
-        json.dump({"argv": argv}, f)
+        json.dump({"argv": argv, "wall_s": earlier, "machine": machine()}, f)
     t0 = time.time()
-    with open(os.path.join(out, "train.log"), "w") as log:
-        rc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *argv], cwd=ROOT, stdout=log,
-                            stderr=subprocess.STDOUT, env={**os.environ, "TQDM_DISABLE": "1"}).returncode
+    with open(os.path.join(out, "train.log"), "a") as log:
+        p = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *argv]
+                             + (["--resume", "auto"] if resume and same else []), cwd=ROOT, stdout=log,
+                             stderr=subprocess.STDOUT, env={**os.environ, "TQDM_DISABLE": "1"},
+                             # Ctrl-C's handling even where a background shell started this command with SIGINT ignored
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        stopped = False
+        try:
+            rc = p.wait(timeout=None if deadline is None else max(1.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGINT)
+            rc, stopped = p.wait(), not os.path.exists(done)
+        if stopped:
+            with open(meta, "w") as f:
+                json.dump({"argv": argv, "wall_s": earlier + time.time() - t0, "stopped": True,
+                           "load_avg_1min": os.getloadavg()[0], "machine": machine()}, f)
+            return None
     if rc != 0:
         raise SystemExit(f"error: train.py failed (exit {rc}) in {out}; its output: {os.path.join(out, 'train.log')}")
     with open(meta, "w") as f:  # how long it took, and how busy the machine was when it ended
-        json.dump({"argv": argv, "wall_s": time.time() - t0, "load_avg_1min": os.getloadavg()[0]}, f)
-    return time.time() - t0
+        json.dump({"argv": argv, "wall_s": earlier + time.time() - t0, "load_avg_1min": os.getloadavg()[0],
+                   "machine": machine()}, f)
+    if resume:  # the real model's checkpoints (1.6 GB each) are only for resuming: a finished run keeps its records
+        for d in os.listdir(out):
+            if d.startswith("checkpoint"):
+                shutil.rmtree(os.path.join(out, d), ignore_errors=True)
+    return earlier + time.time() - t0
 
 
-def load_run(out) -> Run:
+def load_run(out, upto=None) -> Run:
+    """A run's records; `upto`: a run stopped at a time limit, read up to that step (its evaluation there is `after`)."""
     read = lambda name: [json.loads(x) for x in open(os.path.join(out, name))]  # noqa: E731
-    return Run(out, read("metrics.jsonl"), read("evals.jsonl"), json.load(open(os.path.join(out, "summary.json"))))
+    metrics, evals = read("metrics.jsonl"), read("evals.jsonl")
+    if upto is None:
+        return Run(out, metrics, evals, json.load(open(os.path.join(out, "summary.json"))))
+    evals = [e for e in evals if e["step"] <= upto]
+    return Run(out, [m for m in metrics if m["step"] <= upto], evals, {"before": evals[0], "after": evals[-1]})
+
+
+def why_ended(out) -> str:
+    """Why a run has no summary: train.py's error line, else the time limit."""
+    log = os.path.join(out, "train.log")
+    errors = [x.strip() for x in open(log, errors="replace") if x.startswith("error:")] if os.path.exists(log) else []
+    return errors[-1] if errors else "stopped at the time limit"
+
+
+def last_eval_step(out) -> int:
+    """The step of a run's last evaluation (a run stopped at a time limit)."""
+    steps = [json.loads(x)["step"] for x in open(os.path.join(out, "evals.jsonl"))] if os.path.exists(
+        os.path.join(out, "evals.jsonl")) else []
+    return max(steps, default=0)
 
 
 def experiments(paper, task="math"):
     """`paper`'s experiments on `task` (ringlite-stages and mimo-code have the math form alone)."""
-    return PAPERS[paper](task) if task == "countdown" else PAPERS[paper]()
+    return PAPERS[paper](task) if task in ("countdown", "smollm2") else PAPERS[paper]()
 
 
-def report_name(paper, task="math"):
-    """docs/reproduce_NAME.md and .png of `paper` on `task`."""
-    return f"{paper}_countdown" if task == "countdown" else paper
+def report_name(paper, task="math", scale=1):
+    """docs/reproduce_NAME.md and .png of `paper` on `task` (x K: --scale K)."""
+    return (paper if task == "math" else f"{paper}_{task}") + (f"_x{scale}" if scale != 1 else "")
 
 
 def shell(flags) -> str:
@@ -639,29 +825,57 @@ def shell(flags) -> str:
     return " ".join(a if a else repr(a) for a in flags)
 
 
-def run_paper(paper, seeds, workers, root, smoke, task="math"):
+def task_root(root, task, scale=1):
+    """Where a task's runs go: under `root` (default runs/reproduce), the real model's in SMOLLM2_RUNS; -xK: --scale K."""
+    x = f"-x{scale}" if scale != 1 else ""
+    if task == "smollm2" and root is None:
+        return SMOLLM2_RUNS + x
+    root = root or os.path.join(ROOT, "runs", "reproduce")
+    return root if task == "math" and not x else os.path.join(root, task + x)
+
+
+def run_paper(paper, seeds, workers, root, smoke, task="math", scale=1, deadline=None, train=True):
+    """Every run of `paper` (seed by seed: a command cut short has whole seeds done); -> (experiments with their
+    runs, (minutes over the workers, the highest load, workers, the step a time limit stopped the comparison at))."""
     exps = experiments(paper, task)
-    root = os.path.join(root, "countdown") if task == "countdown" else root
+    real = task == "smollm2"  # the real model: 2 threads a run on 2 cores, resumable runs kept as data
+    root = task_root(root, task, scale)
     jobs = [(e, v, s, os.path.join(root, paper, slug(e.name)[:40], slug(v), f"seed{s}"))
-            for e in exps for v in e.variants for s in seeds]
+            for s in seeds for e in exps for v in e.variants]
     t0, n = time.time(), len(jobs)
+    threads = max(1, min(2, (os.cpu_count() or 1) // workers)) if real else None
     print(f"[{paper}] {n} runs ({len(exps)} experiment(s), {len(seeds)} seed(s)), {workers} at a time", flush=True)
 
     def go(k_job):
         k, (e, v, s, out) = k_job
-        dt = run_one(train_argv(e, v, s, out, smoke), out)
-        print(f"[{paper}] {k + 1}/{n} {e.name[:40]} | {v} | seed {s}: {'reused' if not dt else f'{dt:.0f}s'} "
+        if not train:  # --report-only: the runs as they are (brought from the machine that ran them)
+            if not os.path.exists(os.path.join(out, "run.json")):
+                raise SystemExit(f"error: --report-only: {out} holds no run")
+            return 0.0
+        dt = run_one(train_argv(e, v, s, out, smoke, scale, threads, checkpoints=deadline is None), out,
+                     resume=real and deadline is None, deadline=deadline)
+        print(f"[{paper}] {k + 1}/{n} {e.name[:40]} | {v} | seed {s}: "
+              f"{'stopped at the time limit' if dt is None else 'reused' if not dt else f'{dt:.0f}s'} "
               f"({time.time() - t0:.0f}s elapsed)", flush=True)
         return dt
 
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(go, enumerate(jobs)))
     metas = [json.load(open(os.path.join(out, "run.json"))) for *_, out in jobs]
+    # some runs ended early (a time limit, or an error brought from another machine: --report-only): every run is
+    # compared at the last evaluated step all of them reached
+    early = [(v, s, why_ended(out)) for e, v, s, out in jobs if not os.path.exists(os.path.join(out, "summary.json"))]
+    upto = min(last_eval_step(out) for *_, out in jobs) if early else None
+    if upto == 0:
+        raise SystemExit(f"error: [{paper}] the time limit stopped a run before its first evaluation after step 0: "
+                         "nothing to compare (a longer --stop-after, or more --workers so that every run starts)")
     # the command's cost: the runs' total seconds over the workers (a run reused from an interrupted command counts
     # what it took then), and the busiest the machine was when a run ended
-    wall = (sum(m["wall_s"] for m in metas) / workers, max(m["load_avg_1min"] for m in metas), workers)
+    wall = (sum(m["wall_s"] for m in metas) / workers, max(m.get("load_avg_1min", 0.0) for m in metas), workers, upto,
+            " and ".join(sorted({m.get("machine", machine()) for m in metas})), early)
     for e in exps:
-        e.runs = {v: [load_run(out) for e2, v2, _, out in jobs if e2 is e and v2 == v] for v in e.variants}
+        e.runs = {v: [load_run(out, upto) for e2, v2, _, out in jobs if e2 is e and v2 == v] for v in e.variants}
+        e.early = bool(early)
     return exps, wall
 
 
@@ -708,14 +922,28 @@ def plot(exps, path, command):
     plt.close(fig)
 
 
-def report(paper, exps, seeds, wall, command, write_docs, task="math"):
-    name = report_name(paper, task)
-    where = f"runs/reproduce/countdown/{paper}/" if task == "countdown" else f"runs/reproduce/{paper}/"
-    md = [f"# Reproduction: {paper}" + (" on Countdown" if task == "countdown" else ""), "",
-          f"Command: `{command}` (~{wall[0] / 60:.1f} min on this 2-core machine: the "
+def machine() -> str:
+    """Where the runs ran: the GPU train.py used, else this machine's cores."""
+    import torch
+
+    return f"one {torch.cuda.get_device_name(0)} ({os.cpu_count()} cores)" if torch.cuda.is_available() else \
+        f"a {os.cpu_count()}-core CPU"
+
+
+def report(paper, exps, seeds, wall, command, write_docs, task="math", scale=1, where=None):
+    name = report_name(paper, task, scale)
+    on = {"math": "", "countdown": " on Countdown", "smollm2": " on SmolLM2-135M-Instruct"}[task]
+    md = [f"# Reproduction: {paper}{on}" + (f", {scale}x the steps" if scale != 1 else ""), "",
+          f"Command: `{command}` (~{wall[0] / 60:.1f} min on {wall[4]}: the "
           f"runs' total time over {wall[2]} worker{'s' if wall[2] > 1 else ''}, load average up to {wall[1]:.1f} while they ran; seeds "
-          f"{', '.join(map(str, seeds))}; runs in `{where}`).", "",
-          f"![{name}](reproduce_{name}.png)", ""]
+          f"{', '.join(map(str, seeds))}; runs in `{where}`).", ""]
+    if wall[3] is not None:
+        whys = sorted({why for *_, why in wall[5]})
+        md += [f"**Runs that ended early** ({len(wall[5])} of {sum(len(r) for e in exps for r in e.runs.values())}): "
+               + "; ".join(f"{', '.join(f'{v} seed {s}' for v, s, w in wall[5] if w == why)}: {why}" for why in whys)
+               + f". The table reads every run up to step {wall[3]}, the last evaluated step all of them reached; each "
+               "check compares its two variants at the last evaluated step both reached (the step it names).", ""]
+    md += [f"![{name}](reproduce_{name}.png)", ""]
     verdicts = []
     for e in exps:
         verdict, checks = e.check(e, e.runs)
@@ -748,11 +976,20 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("paper", choices=list(PAPERS) + ["all"])
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
-    ap.add_argument("--workers", type=int, default=2, help="train.py runs at a time (default: 2, one per core)")
-    ap.add_argument("--out", default=os.path.join(ROOT, "runs", "reproduce"), help="where the runs go")
+    ap.add_argument("--workers", type=int, default=None, help="train.py runs at a time (default: 2, one per core; "
+                    "--task smollm2: 1, with 2 threads)")
+    ap.add_argument("--out", default=None, help="where the runs go (default runs/reproduce; --task smollm2: "
+                                                "docs/smollm2_runs/reproduce, kept as data)")
     ap.add_argument("--smoke", action="store_true", help="2 steps, the first seed only, nothing written to docs/")
-    ap.add_argument("--task", choices=("math", "countdown"), default="math", help="the built-in task the runs train on "
-                    f"(countdown: every paper but {' and '.join(NO_COUNTDOWN)}; reports docs/reproduce_PAPER_countdown.md)")
+    ap.add_argument("--task", choices=TASKS, default="math", help="the task the runs train on (countdown: every paper "
+                    f"but {' and '.join(NO_COUNTDOWN)}; smollm2: the real model, {' and '.join(SMOLLM2_PAPERS)} so far; "
+                    "reports docs/reproduce_PAPER_TASK.md)")
+    ap.add_argument("--scale", type=int, default=1, help="K times each run's steps (a GPU's runs; reports "
+                                                         "docs/reproduce_PAPER_TASK_xK.md)")
+    ap.add_argument("--report-only", action="store_true", help="train nothing: the report of the runs as they are "
+                                                                   "(runs made on another machine)")
+    ap.add_argument("--stop-after", type=float, default=None, metavar="MINUTES", help="stop runs still going after "
+                    "MINUTES and compare every run at the last evaluated step all reached (a leased machine's time)")
     a = ap.parse_args(argv)
     try:
         seeds = [int(s) for s in a.seeds.split(",")]
@@ -760,18 +997,30 @@ def main(argv=None):
         raise SystemExit(f"error: --seeds: {a.seeds!r} is not a comma-separated list of integers") from None
     if a.smoke:
         seeds = seeds[:1]
+    if a.scale < 1 or (a.stop_after is not None and not a.stop_after > 0):
+        raise SystemExit(f"error: --scale {a.scale} / --stop-after {a.stop_after}: a positive number is needed")
     papers = list(PAPERS) if a.paper == "all" else [a.paper]
-    if a.task == "countdown":
-        if a.paper != "all" and a.paper not in COUNTDOWN_PAPERS:
-            raise SystemExit(f"error: --task countdown: {a.paper} has no Countdown form: {NO_COUNTDOWN[a.paper]} (those "
-                             f"that have one: {', '.join(COUNTDOWN_PAPERS)})")
-        papers = [p for p in papers if p in COUNTDOWN_PAPERS]
+    if a.task in ("countdown", "smollm2"):
+        has = COUNTDOWN_PAPERS if a.task == "countdown" else SMOLLM2_PAPERS
+        if a.paper != "all" and a.paper not in has:
+            why = NO_COUNTDOWN.get(a.paper, "") if a.task == "countdown" else "its SmolLM2 form is not written yet"
+            raise SystemExit(f"error: --task {a.task}: {a.paper} has no form there: {why} (those that have one: "
+                             f"{', '.join(has)})")
+        papers = [p for p in papers if p in has]
+    workers = max(1, a.workers or (1 if a.task == "smollm2" else 2))
+    if a.smoke and a.out is None:  # a smoke run is no data: never in docs/smollm2_runs/
+        a.out = os.path.join(ROOT, "runs", "reproduce")
+    deadline = None if a.stop_after is None else time.time() + 60 * a.stop_after
     out = {}
     for paper in papers:
-        exps, wall = run_paper(paper, seeds, max(1, a.workers), a.out, a.smoke, a.task)
+        exps, wall = run_paper(paper, seeds, workers, a.out, a.smoke, a.task, a.scale, deadline, not a.report_only)
         command = f"python bench/reproduce.py {paper}" + (f" --seeds {a.seeds}" if a.seeds != "0,1,2" else "") + (
-            " --task countdown" if a.task == "countdown" else "")
-        out[paper] = report(paper, exps, seeds, wall, command, write_docs=not a.smoke, task=a.task)
+            f" --task {a.task}" if a.task != "math" else "") + (f" --scale {a.scale}" if a.scale != 1 else "") + (
+            f" --workers {a.workers}" if a.workers else "") + (
+            f" --stop-after {a.stop_after:g}" if a.stop_after is not None else "")
+        where = os.path.relpath(os.path.join(task_root(a.out, a.task, a.scale), paper), ROOT) + "/"
+        out[paper] = report(paper, exps, seeds, wall, command, write_docs=not a.smoke, task=a.task, scale=a.scale,
+                            where=where)
     return out
 
 
