@@ -60,27 +60,31 @@ NO_COUNTDOWN = {"ringlite-stages": "its claim is about two domains trained in tu
                              "one check (right or wrong)"}
 ON_COUNTDOWN = "Countdown level 1, the shipped cold start, its defaults (128 tokens, lr 3e-4)"  # the reports' notes
 # --task smollm2: a real pretrained LLM (docs/smollm2.md): SmolLM2-135M-Instruct on reasoning-gym's chain_sum (two
-# one-digit terms, "The final answer is X." asked for), the README run's settings (8 prompts x 8, bf16 autocast, lr
-# 1e-5) at 32 new tokens, where a quarter of its first responses are truncated (bench/smollm2_base.py: 0.25, in-format
-# accuracy 0.016), so that the length limit acts as in the papers; the step made cheap (eager attention, the fast
-# engine's bf16 copy and inverse-CDF draw: docs/smollm2.md). 24 held-out problems (of the 26 on the held-out side of
-# two one-digit terms), greedy every 10 steps. Runs are kept
-# as data in docs/smollm2_runs/reproduce/ (checkpoints aside), so an unfinished reproduction resumes where it stopped.
-SMOLLM2 = ["--model", "smollm2-135m-instruct", "--train-data",
-           "rg:chain_sum?min_terms=2&max_terms=2&max_digits=1&format=final-answer", "--batch-size", "64",
-           "--group-size", "8", "--max-new-tokens", "32", "--dtype", "bf16-mixed", "--lr", "1e-5",
-           "--attn-implementation", "eager", "--rollout", "fast", "--rollout-dtype", "bfloat16", "--draw", "inverse-cdf",
-           "--eval-problems", "24", "--eval-every", "10", "--eval-samples", "4", "--reward-workers", "0",
-           "--save-every", "10", "--keep-checkpoints", "1"]
+# two-digit terms, "The final answer is X." asked for), the README run's settings (8 prompts x 8, bf16 autocast, lr
+# 1e-5) at 32 new tokens, where 27 % of its first responses are truncated (bench/smollm2_base.py at 32 tokens: in-format
+# accuracy 0.031, the answer anywhere 0.117, 12 % of groups mixed), so that the length limit acts as in the papers;
+# the step made cheap (eager attention, the fast engine's bf16 copy and inverse-CDF draw: docs/smollm2.md); 64 held-out
+# problems, greedy every 10 steps. --task smollm2-easy: two one-digit terms (the README run's task; 24 held-out
+# problems, of the 26 its held-out side has), which the model learns in ~20 steps (docs/reproduce_dapo_smollm2-easy_x10.md).
+# Runs are kept as data in docs/smollm2_runs/ (checkpoints aside), so an unfinished reproduction resumes where it stopped.
+SMOLLM2_SPEC = "rg:chain_sum?min_terms=2&max_terms=2&max_digits={digits}&format=final-answer"
+SMOLLM2 = ["--model", "smollm2-135m-instruct", "--batch-size", "64", "--group-size", "8", "--max-new-tokens", "32",
+           "--dtype", "bf16-mixed", "--lr", "1e-5", "--attn-implementation", "eager", "--rollout", "fast",
+           "--rollout-dtype", "bfloat16", "--draw", "inverse-cdf", "--eval-every", "10", "--eval-samples", "4",
+           "--reward-workers", "0", "--save-every", "10", "--keep-checkpoints", "1"]
 SMOLLM2_PAPERS = ("dapo", "entropy")  # the others' SmolLM2 forms: not yet
 SMOLLM2_RUNS = os.path.join(ROOT, "docs", "smollm2_runs", "reproduce")
-TASKS = ("math", "countdown", "smollm2")
+TASKS = ("math", "countdown", "smollm2", "smollm2-easy")
+ON_SMOLLM2 = {"smollm2": "SmolLM2-135M-Instruct, chain_sum (two two-digit terms) at 32 new tokens",
+              "smollm2-easy": "SmolLM2-135M-Instruct, chain_sum (two one-digit terms) at 32 new tokens"}
 
 
 def common(task: str) -> list:
     """COMMON, and on Countdown its task (whose config.py defaults then apply); SMOLLM2 on the real model."""
-    if task == "smollm2":
-        return list(SMOLLM2)
+    if task.startswith("smollm2"):
+        easy = task == "smollm2-easy"
+        return ["--train-data", SMOLLM2_SPEC.format(digits=1 if easy else 2), *SMOLLM2,
+                "--eval-problems", "24" if easy else "64"]
     return COMMON + (COUNTDOWN if task == "countdown" else [])
 
 
@@ -203,18 +207,18 @@ def line(what, res, fmt="{:.3g}"):
 # ------------------------------------------------------------------------------------------------
 # The experiments, one list per paper
 def held_out(key="eval/accuracy", n=2):
-    """Mean of a held-out metric over a run's last n evaluations after step 0 (the real model's runs: 24 problems
-    greedy every 10 steps, so two evaluations are 48 answers; a run stopped at a time limit has them too)."""
+    """Mean of a held-out metric over a run's last n evaluations after step 0 (the real model's runs: greedy every 10
+    steps, so a run stopped at a time limit has them too)."""
     def f(r: Run):
         vals = [e[key] for e in r.evals if e["step"] > 0 and key in e][-n:]
         return statistics.mean(vals) if vals else float("nan")
     return f
 
 
-def dapo_smollm2():
+def dapo_smollm2(task):
     """DAPO Table 1 on SmolLM2-135M-Instruct. The rows as the issue of this form names them: GRPO, then clip-higher,
     the soft overlong punishment, the token-level loss and dynamic sampling added in turn; overlong filtering is not a
-    row of its own (DAPO's released recipe runs the soft punishment without the filter)."""
+    row of its own (verl's DAPO FAQ: the best run went without it, as it overlaps the overlong reward shaping)."""
     steps = ["GRPO", "+ clip-higher", "+ soft overlong punishment", "+ token-level loss", "+ dynamic sampling (= DAPO)"]
     adds = [[], ["--clip-high", "0.28"], ["--overlong-buffer", "8"], ["--loss-agg", "token-mean"],
             ["--dynamic-sampling", "--gen-batch-factor", "3"]]
@@ -243,7 +247,7 @@ def dapo_smollm2():
     return [Experiment(
         "DAPO Table 1: the cumulative ablation",
         "DAPO Table 1: each technique added to naive GRPO raises AIME avg@32 (30 -> 36 -> 38 -> 41 -> 42 -> 50).",
-        common("smollm2") + ["--wrong-reward", "-1", "--mini-batch-size", "16", "--max-steps", "30"], variants, check,
+        common(task) + ["--wrong-reward", "-1", "--mini-batch-size", "16", "--max-steps", "30"], variants, check,
         [("held-out acc (last 2 evals)", acc_), ("greedy acc after", final("eval/accuracy")),
          ("avg@4 after", final("eval/avg@4")), ("truncated", over_run("rollout/truncated_frac")),
          ("clip hi", over_run("policy/clip_frac_high")), ("entropy", over_run("policy/entropy")),
@@ -251,17 +255,17 @@ def dapo_smollm2():
         [("held-out greedy accuracy", "eval:eval/accuracy"), ("train accuracy", "rollout/accuracy"),
          ("response length", "rollout/response_length"), ("truncated share", "rollout/truncated_frac"),
          ("token entropy", "policy/entropy")],
-        note="SmolLM2-135M-Instruct, chain_sum at 32 new tokens (a quarter of the first responses reach it), 8 prompts "
-             "x 8, lr 1e-5, mu = 4 (mini-batches of 16 of the 64 responses; DAPO's is 16), reward +-1 in every row "
-             "(DAPO's), the soft punishment over the last 8 tokens (DAPO's 4K of 20K is a fifth; the dapo recipe's 16 "
-             "of 64 a quarter), the dapo recipe's generation factor 3. The check reads the held-out greedy accuracy "
-             "of the last two evaluations (24 problems each) rather than avg@k at the end, so that a run stopped at a "
-             "time limit is compared at the last evaluation every run reached.")]
+        note=f"{ON_SMOLLM2[task]} (a quarter of the first responses reach it), 8 prompts x 8, lr 1e-5, mu = 4 "
+             "(mini-batches of 16 of the 64 responses; DAPO's is 16), reward +-1 in every row (DAPO's), the soft "
+             "punishment over the last 8 tokens (DAPO's 4K of 20K is a fifth; the dapo recipe's 16 of 64 a quarter), "
+             "the dapo recipe's generation factor 3. The check reads the held-out greedy accuracy of the last two "
+             "evaluations rather than avg@k at the end, so that runs that ended early (a time limit, an error) are "
+             "compared at the last evaluation both variants reached.")]
 
 
 def dapo_experiments(task="math"):
-    if task == "smollm2":
-        return dapo_smollm2()
+    if task.startswith("smollm2"):
+        return dapo_smollm2(task)
     steps = ["GRPO", "+ overlong filtering", "+ clip-higher", "+ soft overlong punishment", "+ token-level loss",
              "+ dynamic sampling (= DAPO)"]
     cd = task == "countdown"
@@ -311,7 +315,7 @@ def dapo_experiments(task="math"):
         note=note)]
 
 
-def entropy_smollm2():
+def entropy_smollm2(task):
     """DAPO Sec. 3.1 / Skywork Sec. 3.7 on SmolLM2-135M-Instruct, whose entropy starts at ~2.5 nats/token and falls
     to ~0.05 in 25 steps of plain GRPO (docs/smollm2.md): mu 1 with the symmetric clip, mu 8 with each clip. The toy
     forms' fourth variant (clip-higher at mu 1: identical to the symmetric clip, nothing is clipped) is left out."""
@@ -336,20 +340,20 @@ def entropy_smollm2():
         "Entropy: clip-higher and off-policy updates",
         "DAPO Sec. 3.1 (Fig. 2): with the symmetric clip the entropy collapses; clip-higher (eps_high 0.28) keeps it up. "
         "Skywork-OR1 Sec. 3.7 / 4: more off-policy updates per rollout (N_SGD > 1) collapse entropy faster.",
-        common("smollm2") + ["--loss-agg", "token-mean", "--max-steps", "30"], variants, check,
+        common(task) + ["--loss-agg", "token-mean", "--max-steps", "30"], variants, check,
         [("entropy, first 5", lambda r: statistics.mean(m["policy/entropy"] for m in r.metrics[:5])),
          ("entropy, last 5", ent), ("clip hi", over_run("policy/clip_frac_high")),
          ("clip lo", over_run("policy/clip_frac_low")), ("held-out acc (last 2 evals)", held_out()),
          ("truncated", over_run("rollout/truncated_frac")), ("length", over_run("rollout/response_length"))],
         [("token entropy", "policy/entropy"), ("train accuracy", "rollout/accuracy"),
          ("clip fraction (high)", "policy/clip_frac_high"), ("held-out greedy accuracy", "eval:eval/accuracy")],
-        note="SmolLM2-135M-Instruct, chain_sum at 32 new tokens, 8 prompts x 8, lr 1e-5, token-mean in all three; "
-             "mu 8 = mini-batches of 8 of the 64 responses.")]
+        note=f"{ON_SMOLLM2[task]}, 8 prompts x 8, lr 1e-5, token-mean in all three; mu 8 = mini-batches of 8 of the "
+             "64 responses.")]
 
 
 def entropy_experiments(task="math"):
-    if task == "smollm2":
-        return entropy_smollm2()
+    if task.startswith("smollm2"):
+        return entropy_smollm2(task)
     sym, hi = ["--clip-high", "0.2"], ["--clip-high", "0.28"]
     variants = {"eps 0.2/0.2, mu 1": sym, "eps 0.2/0.28, mu 1": hi,
                 "eps 0.2/0.2, mu 8": sym + ["--mini-batch-size", "16"], "eps 0.2/0.28, mu 8": hi + ["--mini-batch-size", "16"]}
@@ -812,7 +816,7 @@ def last_eval_step(out) -> int:
 
 def experiments(paper, task="math"):
     """`paper`'s experiments on `task` (ringlite-stages and mimo-code have the math form alone)."""
-    return PAPERS[paper](task) if task in ("countdown", "smollm2") else PAPERS[paper]()
+    return PAPERS[paper](task) if task != "math" else PAPERS[paper]()
 
 
 def report_name(paper, task="math", scale=1):
@@ -828,8 +832,8 @@ def shell(flags) -> str:
 def task_root(root, task, scale=1):
     """Where a task's runs go: under `root` (default runs/reproduce), the real model's in SMOLLM2_RUNS; -xK: --scale K."""
     x = f"-x{scale}" if scale != 1 else ""
-    if task == "smollm2" and root is None:
-        return SMOLLM2_RUNS + x
+    if task.startswith("smollm2") and root is None:
+        return SMOLLM2_RUNS + ("-easy" if task == "smollm2-easy" else "") + x
     root = root or os.path.join(ROOT, "runs", "reproduce")
     return root if task == "math" and not x else os.path.join(root, task + x)
 
@@ -838,7 +842,7 @@ def run_paper(paper, seeds, workers, root, smoke, task="math", scale=1, deadline
     """Every run of `paper` (seed by seed: a command cut short has whole seeds done); -> (experiments with their
     runs, (minutes over the workers, the highest load, workers, the step a time limit stopped the comparison at))."""
     exps = experiments(paper, task)
-    real = task == "smollm2"  # the real model: 2 threads a run on 2 cores, resumable runs kept as data
+    real = task.startswith("smollm2")  # the real model: 2 threads a run on 2 cores, resumable runs kept as data
     root = task_root(root, task, scale)
     jobs = [(e, v, s, os.path.join(root, paper, slug(e.name)[:40], slug(v), f"seed{s}"))
             for s in seeds for e in exps for v in e.variants]
@@ -932,7 +936,8 @@ def machine() -> str:
 
 def report(paper, exps, seeds, wall, command, write_docs, task="math", scale=1, where=None):
     name = report_name(paper, task, scale)
-    on = {"math": "", "countdown": " on Countdown", "smollm2": " on SmolLM2-135M-Instruct"}[task]
+    on = {"math": "", "countdown": " on Countdown", "smollm2": " on SmolLM2-135M-Instruct",
+          "smollm2-easy": " on SmolLM2-135M-Instruct, the easy task"}[task]
     md = [f"# Reproduction: {paper}{on}" + (f", {scale}x the steps" if scale != 1 else ""), "",
           f"Command: `{command}` (~{wall[0] / 60:.1f} min on {wall[4]}: the "
           f"runs' total time over {wall[2]} worker{'s' if wall[2] > 1 else ''}, load average up to {wall[1]:.1f} while they ran; seeds "
@@ -982,7 +987,8 @@ def main(argv=None):
                                                 "docs/smollm2_runs/reproduce, kept as data)")
     ap.add_argument("--smoke", action="store_true", help="2 steps, the first seed only, nothing written to docs/")
     ap.add_argument("--task", choices=TASKS, default="math", help="the task the runs train on (countdown: every paper "
-                    f"but {' and '.join(NO_COUNTDOWN)}; smollm2: the real model, {' and '.join(SMOLLM2_PAPERS)} so far; "
+                    f"but {' and '.join(NO_COUNTDOWN)}; smollm2, smollm2-easy: the real model, {' and '.join(SMOLLM2_PAPERS)} so "
+                    "far; "
                     "reports docs/reproduce_PAPER_TASK.md)")
     ap.add_argument("--scale", type=int, default=1, help="K times each run's steps (a GPU's runs; reports "
                                                          "docs/reproduce_PAPER_TASK_xK.md)")
@@ -1000,14 +1006,14 @@ def main(argv=None):
     if a.scale < 1 or (a.stop_after is not None and not a.stop_after > 0):
         raise SystemExit(f"error: --scale {a.scale} / --stop-after {a.stop_after}: a positive number is needed")
     papers = list(PAPERS) if a.paper == "all" else [a.paper]
-    if a.task in ("countdown", "smollm2"):
+    if a.task != "math":
         has = COUNTDOWN_PAPERS if a.task == "countdown" else SMOLLM2_PAPERS
         if a.paper != "all" and a.paper not in has:
-            why = NO_COUNTDOWN.get(a.paper, "") if a.task == "countdown" else "its SmolLM2 form is not written yet"
-            raise SystemExit(f"error: --task {a.task}: {a.paper} has no form there: {why} (those that have one: "
-                             f"{', '.join(has)})")
+            why = f"no Countdown form: {NO_COUNTDOWN[a.paper]}" if a.task == "countdown" else \
+                "no SmolLM2 form yet"
+            raise SystemExit(f"error: --task {a.task}: {a.paper} has {why} (those that have one: {', '.join(has)})")
         papers = [p for p in papers if p in has]
-    workers = max(1, a.workers or (1 if a.task == "smollm2" else 2))
+    workers = max(1, a.workers or (1 if a.task.startswith("smollm2") else 2))
     if a.smoke and a.out is None:  # a smoke run is no data: never in docs/smollm2_runs/
         a.out = os.path.join(ROOT, "runs", "reproduce")
     deadline = None if a.stop_after is None else time.time() + 60 * a.stop_after

@@ -161,3 +161,92 @@ def test_committed_reports_are_the_codes_experiments(task):
         for e in reproduce.experiments(paper, task):
             settings = "python train.py " + reproduce.shell(e.base)
             assert all(part in text for part in (e.name, e.claim, e.note, settings)), (paper, e.name)
+
+
+@pytest.mark.parametrize("task", ["smollm2", "smollm2-easy"])
+@pytest.mark.parametrize("paper", reproduce.SMOLLM2_PAPERS)
+def test_every_smollm2_variant_is_a_valid_run(paper, task):
+    """--task smollm2 / smollm2-easy: every variant trains SmolLM2-135M-Instruct on chain_sum (two two-digit / two
+    one-digit terms) at 32 tokens with the README run's settings and its paper's changes; --scale K multiplies the
+    steps; a run a time limit will stop checkpoints only at its end."""
+    for e in reproduce.experiments(paper, task):
+        for v in e.variants:
+            cfg = config.parse_config(reproduce.train_argv(e, v, 0, "/tmp/x", False, 10, 2, checkpoints=False))
+            assert cfg.model == "smollm2-135m-instruct" and cfg.reward == "rg"
+            assert f"max_digits={1 if task == 'smollm2-easy' else 2}&" in cfg.train_data
+            assert (cfg.max_new_tokens, cfg.batch_size, cfg.group_size, cfg.lr, cfg.dtype) == (32, 64, 8, 1e-5, "bf16-mixed")
+            assert (cfg.max_steps, cfg.threads, cfg.save_every, cfg.eval_every) == (300, 2, 0, 10)
+            assert cfg.eval_problems == (24 if task == "smollm2-easy" else 64)
+    dapo_ = reproduce.experiments("dapo", task)[0]
+    full = config.parse_config(reproduce.train_argv(dapo_, list(dapo_.variants)[-1], 0, "/tmp/x", False))
+    grpo_ = config.parse_config(reproduce.train_argv(dapo_, "GRPO", 0, "/tmp/x", False))
+    assert (full.clip_high, full.overlong_buffer, full.loss_agg, full.dynamic_sampling, full.overlong_filter) == (
+        0.28, 8, "token-mean", True, False)
+    assert (grpo_.clip_high, grpo_.overlong_buffer, grpo_.dynamic_sampling, grpo_.wrong_reward) == (0.2, 0, False, -1)
+
+
+def fake_run(root, name, evals, metrics, summary=True, error=None):
+    """A run directory as train.py and run_one leave it: evals {step: accuracy}, metrics {step: entropy}."""
+    d = os.path.join(root, name)
+    os.makedirs(d)
+    with open(os.path.join(d, "evals.jsonl"), "w") as f:
+        f.writelines(json.dumps({"step": s, "eval/accuracy": a}) + "\n" for s, a in evals.items())
+    with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+        f.writelines(json.dumps({"step": s, "policy/entropy": h}) + "\n" for s, h in metrics.items())
+    if summary:
+        json.dump({"before": {"step": 0}, "after": {"step": max(evals)}}, open(os.path.join(d, "summary.json"), "w"))
+    with open(os.path.join(d, "train.log"), "w") as f:
+        f.write("step 1\n" + (f"{error}\n" if error else ""))
+    return d
+
+
+def test_runs_that_ended_early_are_compared_where_both_reached(tmp_path):
+    """A run that ended early (an error, a time limit) is read up to a step; each check compares its two variants at
+    the last evaluation both reached, so the longer run's later steps do not count against the shorter one."""
+    short = fake_run(tmp_path, "a", {0: 0.1, 10: 0.4, 20: 0.5}, {s: 1.0 / s for s in range(1, 22)}, summary=False,
+                     error="error: step 21: dynamic sampling: only 6/8 groups with mixed correctness")
+    long_ = fake_run(tmp_path, "b", {0: 0.1, 10: 0.3, 20: 0.3, 30: 0.9}, {s: 2.0 for s in range(1, 31)})
+    assert reproduce.why_ended(short).startswith("error: step 21: dynamic sampling")
+    assert reproduce.why_ended(long_) == "stopped at the time limit"  # what a run with no summary and no error means
+    assert (reproduce.last_eval_step(short), reproduce.last_eval_step(long_)) == (20, 30)
+    r = reproduce.load_run(short, upto=10)
+    assert [m["step"] for m in r.metrics] == list(range(1, 11)) and r.summary["after"] == {"step": 10, "eval/accuracy": 0.4}
+    e = reproduce.Experiment("x", "", [], {"a": [], "b": []}, None, [], [])
+    e.runs = {"a": [reproduce.load_run(short, 20)], "b": [reproduce.load_run(long_)]}
+    e.early = True
+    assert reproduce.pair_step(e, "a", "b") == 20 and reproduce.at(e, "a", "b") == " at step 20"
+    # held-out accuracy of the last two evaluations: a (0.4 + 0.5) / 2 against b's at steps 10 and 20, not 20 and 30
+    assert reproduce.compare(e, "a", "b", reproduce.held_out()) == (True, 1, 1, pytest.approx(0.45), pytest.approx(0.3))
+    assert reproduce.compare(e, "a", "b", reproduce.last("policy/entropy", 5))[3:] == (
+        pytest.approx(sum(1.0 / s for s in range(16, 21)) / 5), 2.0)
+    e.early = False  # every run finished: read as loaded, no step named
+    assert reproduce.pair_step(e, "a", "b") is None and reproduce.at(e, "a", "b") == ""
+
+
+def test_a_time_limit_stops_the_runs_and_says_when_nothing_can_be_compared(tmp_path):
+    """--stop-after: runs still going are stopped as Ctrl-C stops them (also where the command was started in the
+    background with SIGINT ignored) and marked stopped; stopped before any evaluation, the report is one error line."""
+    with pytest.raises(SystemExit, match="error: \\[compass\\] the time limit stopped a run before its first evaluation"):
+        reproduce.main(["compass", "--smoke", "--out", str(tmp_path), "--stop-after", "0.05"])
+    metas = [json.load(open(os.path.join(d, "run.json"))) for d, _, files in os.walk(tmp_path) if "run.json" in files]
+    assert len(metas) == 2 and all(m["stopped"] and "--save-every" in m["argv"] for m in metas)
+
+
+@pytest.mark.parametrize("paper", reproduce.SMOLLM2_PAPERS)
+def test_committed_smollm2_reports_are_what_the_code_computes_from_the_committed_runs(paper):
+    """Every committed SmolLM2 report (docs/reproduce_PAPER_smollm2*.md) holds the verdict and check lines that
+    bench/reproduce.py computes now from the runs committed beside it (docs/smollm2_runs/), and its settings."""
+    found = 0
+    for task, scale in (("smollm2", 1), ("smollm2-easy", 10)):
+        path = os.path.join(reproduce.ROOT, "docs", f"reproduce_{reproduce.report_name(paper, task, scale)}.md")
+        if not os.path.exists(path):
+            continue
+        found += 1
+        text = open(path).read()
+        seeds = [int(s) for s in text.split("; seeds ")[1].split(";")[0].split(", ")]
+        exps, _ = reproduce.run_paper(paper, seeds, 1, None, False, task, scale, train=False)
+        for e in exps:
+            verdict, lines = e.check(e, e.runs)
+            assert f"**Verdict: {verdict}.**" in text and all(f"- {x}" in text for x in lines), (paper, task, lines)
+            assert "python train.py " + reproduce.shell(e.base) in text and e.note in text
+    assert found, f"no SmolLM2 report of {paper}"
