@@ -178,3 +178,16 @@ def cispo_loss(fn) -> bool:
 
     return _run("cispo_loss", "cispo.clipped_surrogate", cases, value_and_grad(fn),
                 value_and_grad(lambda *c: cispo.clipped_surrogate(*c)[0]), close)
+
+
+def overlong_penalty(fn) -> bool:
+    """fn(lengths, max_len, cache_len) -> R_length (N,), as dapo.overlong_penalty's (DAPO Eq. 13): 0 up to
+    L_max - L_cache, a ramp down to -1 over the last L_cache tokens, -1 past L_max."""
+    g = torch.Generator().manual_seed(8)
+    cases = []
+    for _ in range(TRIALS):
+        max_len = int(torch.randint(8, 64, (1,), generator=g))
+        cache_len = int(torch.randint(1, max_len + 1, (1,), generator=g))
+        lengths = torch.randint(0, max_len + 8, (int(torch.randint(1, 9, (1,), generator=g)),), generator=g)
+        cases.append((lengths, max_len, cache_len))
+    return _run("overlong_penalty", "dapo.overlong_penalty", cases, fn, dapo.overlong_penalty, _tensors_close())

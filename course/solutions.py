@@ -68,3 +68,8 @@ def tis_weights(trainer_logp, engine_logp, mask, cap):  # 07: min(pi_trainer / p
 def cispo_loss(logp, old_logp, advantages, eps_low, eps_high):  # 08: -sg(clip(r, 1 - eps_low, 1 + eps_high)) A log pi
     weight = torch.exp(logp - old_logp).clamp(1 - eps_low, 1 + eps_high).detach()
     return -weight * advantages[:, None] * logp
+
+
+def overlong_penalty(lengths, max_len, cache_len):  # 09: 0 before L_max - L_cache, then a ramp to -1 at L_max, -1 after
+    y = torch.as_tensor(lengths).float()
+    return (((max_len - cache_len) - y) / cache_len).clamp(min=-1.0, max=0.0)

@@ -60,6 +60,8 @@ def _wrong_answers():
         "tis_weights": lambda t, e, m, c: torch.exp(t - e).clamp(max=c),  # ignores the mask
         "cispo_loss": (lambda lp, old, a, lo, hi: -torch.exp(lp - old).clamp(1 - lo, 1 + hi) * a[:, None] * lp,  # no detach
                        lambda lp, old, a, lo, hi: solutions.cispo_loss(lp, old, a, 0.2, hi)),  # PPO's floor, 1 - 0.2
+        "overlong_penalty": (lambda y, m, c: (((m - c) - torch.as_tensor(y).float()) / c).clamp(max=0.0),  # no floor at -1
+                             lambda y, m, c: (((m - c) - torch.as_tensor(y).float()) / m).clamp(-1.0, 0.0)),  # / L_max
     }
 
 

@@ -130,23 +130,34 @@ def test_offpolicy_losses_check_by_hand():
 
 
 def test_readme_verdict_table_is_the_reports():
-    """The README's table of verdicts, math and Countdown side by side, says what each committed report computed (a
-    paper of two experiments: both verdicts, 'a / b', where they differ); 'no form' exactly where --task countdown has
-    none."""
+    """The README's table of verdicts, math, Countdown and SmolLM2 side by side, says what each committed report
+    computed (a paper of two experiments: both verdicts, 'a / b', where they differ); 'no form' exactly where --task
+    countdown has none; 'not run yet' where no SmolLM2 report is committed; the easy task's GPU verdict where given."""
     readme = open(os.path.join(reproduce.ROOT, "README.md")).read()
     rows = [r.split("|")[1:-1] for r in readme.splitlines() if r.startswith("| ") and r.count("`") == 2 and " | `" in r]
     seen = set()
-    for claim, paper, math, countdown in rows:
+    def verdicts(name):
+        path = os.path.join(reproduce.ROOT, "docs", f"reproduce_{name}.md")
+        return " / ".join(dict.fromkeys(line.split("**Verdict: ")[1].split(".**")[0] for line in open(path)
+                                        if line.startswith("**Verdict")))
+
+    for claim, paper, math, countdown, smollm2 in rows:
         paper = paper.strip().strip("`")
         seen.add(paper)
-        for cell, name in ((math, paper), (countdown, reproduce.report_name(paper, "countdown"))):
+        for cell, name in ((math, paper), (countdown, reproduce.report_name(paper, "countdown")),
+                           (smollm2, reproduce.report_name(paper, "smollm2"))):
             said = cell.replace("**", "").split(" (")[0].strip()
             path = os.path.join(reproduce.ROOT, "docs", f"reproduce_{name}.md")
             if said == "no form":
                 assert name.endswith("_countdown") and paper in reproduce.NO_COUNTDOWN and not os.path.exists(path)
                 continue
-            verdicts = [line.split("**Verdict: ")[1].split(".**")[0] for line in open(path) if line.startswith("**Verdict")]
-            assert said == " / ".join(dict.fromkeys(verdicts)), (paper, name, said, verdicts)
+            if said == "not run yet":
+                assert name.endswith("_smollm2") and not os.path.exists(path), (paper, "a report exists")
+            else:
+                assert said == verdicts(name), (paper, name, said)
+            if "easy task, H200: " in cell:  # the first SmolLM2 form's 10x runs on a GPU
+                assert cell.split("easy task, H200: ")[1].split(")")[0] == verdicts(
+                    reproduce.report_name(paper, "smollm2-easy", 10)), paper
     assert seen == set(reproduce.PAPERS)
 
 
