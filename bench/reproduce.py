@@ -72,7 +72,7 @@ SMOLLM2 = ["--model", "smollm2-135m-instruct", "--batch-size", "64", "--group-si
            "--dtype", "bf16-mixed", "--lr", "1e-5", "--attn-implementation", "eager", "--rollout", "fast",
            "--rollout-dtype", "bfloat16", "--draw", "inverse-cdf", "--eval-every", "10", "--eval-samples", "4",
            "--reward-workers", "0", "--save-every", "10", "--keep-checkpoints", "1"]
-SMOLLM2_PAPERS = ("dapo", "entropy")  # the others' SmolLM2 forms: not yet
+SMOLLM2_PAPERS = ("dapo", "entropy", "skywork", "async", "offpolicy-losses")  # the others' SmolLM2 forms: not yet
 SMOLLM2_RUNS = os.path.join(ROOT, "docs", "smollm2_runs", "reproduce")
 TASKS = ("math", "countdown", "smollm2", "smollm2-easy")
 ON_SMOLLM2 = {"smollm2": "SmolLM2-135M-Instruct, chain_sum (two two-digit terms) at 32 new tokens",
@@ -386,6 +386,7 @@ def entropy_experiments(task="math"):
 
 
 def skywork_experiments(task="math"):
+    sm = task.startswith("smollm2")
     variants = {"no entropy term": [], "fixed alpha 2e-2": ["--entropy-coef", "2e-2"],
                 "fixed alpha 2e-1": ["--entropy-coef", "2e-1"],
                 "adaptive, target 0.2": ["--adaptive-entropy", "--entropy-target", "0.2", "--entropy-delta", "1e-2",
@@ -404,8 +405,9 @@ def skywork_experiments(task="math"):
         "Skywork-OR1: adaptive entropy control",
         "Skywork-OR1 Sec. 3.2 (Eq. 3.2, Figs. 9-10): the adaptive coefficient holds the entropy near its target; a fixed "
         "coefficient either lets it collapse (small) or makes it blow up (large).",
-        common(task) + ["--loss-agg", "token-mean", "--mini-batch-size", "64", "--max-steps", "30", "--eval-every", "0",
-                        "--eval-samples", "0"],
+        common(task) + (["--loss-agg", "token-mean", "--mini-batch-size", "32", "--max-steps", "30"] if sm else
+                        ["--loss-agg", "token-mean", "--mini-batch-size", "64", "--max-steps", "30", "--eval-every", "0",
+                         "--eval-samples", "0"]),
         variants, check,
         [("entropy, first 5", lambda r: statistics.mean(m["policy/entropy"] for m in r.metrics[:5])),
          ("entropy, last 5", last("policy/entropy", 5)), ("controller's estimate, last 5", last("policy/entropy_estimate", 5)), ("|e - target|, 2nd half", dist),
@@ -413,7 +415,13 @@ def skywork_experiments(task="math"):
          ("length", over_run("rollout/response_length"))],
         [("token entropy", "policy/entropy"), ("entropy coefficient", "policy/entropy_coef"),
          ("train accuracy", "rollout/accuracy")],
-        note="N_SGD = 2 (mini-batches of 64), token-mean. The entropy compared is the policy's token entropy "
+        note=(f"{ON_SMOLLM2[task]}, 8 prompts x 8, lr 1e-5. N_SGD = 2 (mini-batches of 32), token-mean. The "
+              "entropy compared is the policy's token entropy (policy/entropy); the controller reads the sampled-token "
+              "NLL of the previous rollout. Skywork's target 0.2: this model starts at ~1.4 nats/token and falls below "
+              "0.2 within ~15 steps without a bonus (docs/reproduce_entropy_smollm2-easy_x10.md), so the controller "
+              "acts from then on; Delta = 1e-2 and the cap 2e-1 as in the math form (30 steps need a faster "
+              "controller than Skywork's).") if sm else
+             "N_SGD = 2 (mini-batches of 64), token-mean. The entropy compared is the policy's token entropy "
              "(policy/entropy), logged in every variant; the controller itself reads the sampled-token NLL of the previous "
              "rollout, whose expectation under on-policy sampling at T = 1 is that entropy (its last values are in the "
              "table for the adaptive run). The target is Skywork's 0.2 (" + ("the math" if task == "countdown" else "this") +
@@ -610,7 +618,7 @@ def compass_experiments(task="math"):
 
 
 def async_experiments(task="math"):
-    cd = task == "countdown"
+    cd, sm = task == "countdown", task.startswith("smollm2")
     sync, lag = "K 0 (synchronous)", "K 1 (one step off-policy)"
 
     def check(exp, runs):
@@ -636,13 +644,19 @@ def async_experiments(task="math"):
         "One-step off-policy rollout: accuracy per step",
         "verl's one-step-off-policy trainer, AReaL's decoupled PPO: generating batch k+1 with theta_k while the update "
         "on batch k runs, with the decoupled loss, learns as fast per step as the synchronous loop.",
-        common(task) + ["--max-steps", "30", "--eval-every", "5", "--eval-samples", "0"],
+        # the real model: its engine generates from the policy itself (a bf16 copy is refused with --rollout-lag)
+        common(task) + (["--rollout-dtype", "auto", "--max-steps", "30"] if sm else
+                        ["--max-steps", "30", "--eval-every", "5", "--eval-samples", "0"]),
         {sync: [], lag: ["--rollout-lag", "1"]}, check,
         [("greedy acc", final("eval/accuracy")), ("TIS ESS", over_run("policy/tis_ess")),
          ("TIS capped", over_run("policy/tis_capped_frac")), ("logp gap prox-behav", over_run("policy/engine_logp_gap"))],
         [("held-out accuracy", "eval:eval/accuracy"), ("train accuracy", "rollout/accuracy"),
          ("response length", "rollout/response_length")],
-        note="GRPO defaults at 128 responses per step; K 1 weights each token by min(pi_prox / pi_behav, 2). The speed "
+        note=(f"{ON_SMOLLM2[task]}, 8 prompts x 8, lr 1e-5, plain GRPO; K 1 weights each token by min(pi_prox / "
+              "pi_behav, 2). Both generate from the fp32 policy (the bf16 rollout copy is refused with --rollout-lag). "
+              "One run at a time with 2 threads: the producer thread shares them, so the wall times say nothing about "
+              "the overlap.") if sm else
+             "GRPO defaults at 128 responses per step; K 1 weights each token by min(pi_prox / pi_behav, 2). The speed "
              "of K 1 is bench/async_rollout.py's (docs/speed.md): here two runs share the two cores, so a producer "
              "thread has no core of its own and the wall times say nothing about the overlap." + (
                  f" {ON_COUNTDOWN}: three times the math task's lr, so one step of staleness moves the policy more."
@@ -652,7 +666,7 @@ def async_experiments(task="math"):
 def offpolicy_losses_experiments(task="math"):
     """DAPO's token clip vs GSPO's sequence clip vs CISPO's weight cap, off-policy: mu = 16, then also one step stale
     (on Countdown the synchronous experiment alone: both would pass the 30 minutes)."""
-    cd = task == "countdown"
+    cd, sm = task == "countdown", task.startswith("smollm2")
     dapo_, gspo_, cispo_ = "DAPO token clip 0.2/0.28", "GSPO sequence clip 3e-4/4e-4", "CISPO weight cap 5"
     cispo_lr = f"CISPO weight cap 5, lr {'7.5e-5' if cd else '2.5e-5'}"
     variants = {dapo_: ["--algorithm", "dapo", "--clip-low", "0.2", "--clip-high", "0.28", "--loss-agg", "token-mean"],
@@ -678,9 +692,9 @@ def offpolicy_losses_experiments(task="math"):
             line("final greedy accuracy, GSPO vs DAPO (GSPO Sec. 5)", gspo_acc),
             line("share of tokens clipped, GSPO vs DAPO (GSPO Sec. 5.2: about 100x more)", more, "{:.3g}"),
             line("grad-norm spikes (> 3x the run's median), GSPO vs DAPO (fewer = steadier; not in the verdict)", steadier[0]),
-            line("grad-norm spikes, CISPO vs DAPO (not in the verdict)", steadier[1]),
+            line("grad-norm spikes, CISPO vs DAPO (not in the verdict)", steadier[1])] + ([] if cispo_lr not in runs else [
             line(f"final greedy accuracy, CISPO at the cispo recipe's lr {cispo_lr.split()[-1]} vs DAPO at "
-                 f"{'3e-4' if cd else '1e-4'} (not in the verdict)", compare(exp, cispo_lr, dapo_, acc))]
+                 f"{'3e-4' if cd else '1e-4'} (not in the verdict)", compare(exp, cispo_lr, dapo_, acc))])
 
     claim = ("MiniMax-M1 Sec. 3.1 (Fig. 2): with many off-policy updates per rollout, CISPO, which keeps every token's "
              "gradient under a capped weight, learns faster than DAPO's token clip. GSPO Sec. 5 (Sec. 5.1-5.2): the "
@@ -703,6 +717,18 @@ def offpolicy_losses_experiments(task="math"):
             "token's gradient), and at 1e-4 its entropy rose and its accuracy fell, so the last variant runs it at the "
             "cispo recipe's lr 2.5e-5 (added after the first three had run; the verdict is the declared check on the "
             "first three).")
+    if sm:  # the three losses at the real model's lr; the cispo recipe's lower lr is not a variant here
+        del variants[cispo_lr]
+        base = common(task) + ["--mini-batch-size", "8", "--epochs", "2", "--max-steps", "30"]
+        note = (f"{ON_SMOLLM2[task]}, 8 prompts x 8, lr 1e-5 for all three. mu = 16: 2 passes over 8 mini-batches "
+                "of 8 of the 64 responses (one prompt's group each). The variants differ in the loss alone, with no "
+                "dynamic sampling, overlong shaping or KL. With --rollout-lag 1 both generate from the fp32 policy "
+                "(the bf16 rollout copy is refused with a lag), the clip acts on pi_theta / pi_prox and each token is "
+                "weighted by min(pi_prox / pi_behav, 2).")
+        stale = base + ["--rollout-dtype", "auto", "--rollout-lag", "1"]
+        return [Experiment("Off-policy losses at mu = 16", claim, base, variants, check, table, plots, note=note),
+                Experiment("Off-policy losses at mu = 16, one step stale (--rollout-lag 1)", claim, stale, variants,
+                           check, table, plots, note=note)]
     if cd:
         base = common(task) + base[len(COMMON):]
         note = ("mu = 16 as in the math form (2 passes over 8 mini-batches of 16 of the 128 responses); the first three "
