@@ -772,44 +772,58 @@ def train_argv(exp, variant, seed, out, smoke, scale=1, threads=None, checkpoint
     return argv
 
 
+# flags that change how a run is carried out, not what it computes: a run made with other values is the same run
+HOW = ("--threads", "--save-every")
+
+
+def what(argv) -> list:
+    """A run's arguments without HOW's flags and their values."""
+    return [a for k, a in enumerate(argv) if a not in HOW and (k == 0 or argv[k - 1] not in HOW)]
+
+
 def run_one(argv, out, resume=False, deadline=None):
-    """train.py in a subprocess; reused when `out` holds a finished run with the same arguments. An unfinished run
-    with the same arguments continues from its last checkpoint when `resume` (train.py --resume auto), else starts
-    again from nothing. At `deadline` (time.time()) a run still going is stopped as Ctrl-C stops it: returns None."""
+    """train.py in a subprocess; reused when `out` holds a finished run with the same arguments (HOW's aside). An
+    unfinished run with the same arguments continues from its last checkpoint when `resume` (train.py --resume auto),
+    else starts again from nothing. At `deadline` (time.time()) a run still going is stopped as Ctrl-C stops it, and
+    a run that fails under a deadline is kept as it ended: both return None (the report compares them where they
+    stopped); without a deadline a failure is one error line."""
     done, meta = os.path.join(out, "summary.json"), os.path.join(out, "run.json")
-    same = os.path.exists(meta) and json.load(open(meta))["argv"] == argv
+    same = os.path.exists(meta) and what(json.load(open(meta))["argv"]) == what(argv)
     if os.path.exists(done) and same:
         return 0.0
-    earlier = json.load(open(meta)).get("wall_s", 0.0) if same else 0.0  # the seconds of the interrupted sittings
-    if not (resume and same):
+    carry_on = resume and same  # else from nothing, and the earlier sittings' seconds do not count
+    earlier = json.load(open(meta)).get("wall_s", 0.0) if carry_on else 0.0
+
+    def record(**kw):
+        with open(meta, "w") as f:  # how long it took, how busy the machine was when it ended, where it ran
+            json.dump({"argv": argv, "wall_s": earlier + time.time() - t0, "load_avg_1min": os.getloadavg()[0],
+                       "machine": machine(), **kw}, f)
+
+    if not carry_on:
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
-    with open(meta, "w") as f:
-        json.dump({"argv": argv, "wall_s": earlier, "machine": machine()}, f)
     t0 = time.time()
+    record()
     with open(os.path.join(out, "train.log"), "a") as log:
         p = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *argv]
-                             + (["--resume", "auto"] if resume and same else []), cwd=ROOT, stdout=log,
-                             stderr=subprocess.STDOUT, env={**os.environ, "TQDM_DISABLE": "1"},
-                             # Ctrl-C's handling even where a background shell started this command with SIGINT ignored
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        stopped = False
+                             + (["--resume", "auto"] if carry_on else []), cwd=ROOT, stdout=log,
+                             stderr=subprocess.STDOUT, env={**os.environ, "TQDM_DISABLE": "1"})
         try:
             rc = p.wait(timeout=None if deadline is None else max(1.0, deadline - time.time()))
         except subprocess.TimeoutExpired:
             p.send_signal(signal.SIGINT)
-            rc, stopped = p.wait(), not os.path.exists(done)
-        if stopped:
-            with open(meta, "w") as f:
-                json.dump({"argv": argv, "wall_s": earlier + time.time() - t0, "stopped": True,
-                           "load_avg_1min": os.getloadavg()[0], "machine": machine()}, f)
-            return None
+            p.wait()
+            if not os.path.exists(done):  # else it finished as the signal came
+                record(stopped=True)
+                return None
+            rc = 0
     if rc != 0:
+        record(failed=rc)
+        if deadline is not None:
+            return None
         raise SystemExit(f"error: train.py failed (exit {rc}) in {out}; its output: {os.path.join(out, 'train.log')}")
-    with open(meta, "w") as f:  # how long it took, and how busy the machine was when it ended
-        json.dump({"argv": argv, "wall_s": earlier + time.time() - t0, "load_avg_1min": os.getloadavg()[0],
-                   "machine": machine()}, f)
-    if resume:  # the real model's checkpoints (1.6 GB each) are only for resuming: a finished run keeps its records
+    record()
+    if resume or deadline is not None:  # the real model's checkpoints (1.6 GB each) are only for resuming
         for d in os.listdir(out):
             if d.startswith("checkpoint"):
                 shutil.rmtree(os.path.join(out, d), ignore_errors=True)
@@ -827,10 +841,15 @@ def load_run(out, upto=None) -> Run:
 
 
 def why_ended(out) -> str:
-    """Why a run has no summary: train.py's error line, else the time limit."""
+    """Why a run has no summary: the time limit (run.json says stopped), else train.py's error line, else the last
+    line of its output."""
+    meta = os.path.join(out, "run.json")
+    if os.path.exists(meta) and json.load(open(meta)).get("stopped"):
+        return "stopped at the time limit"
     log = os.path.join(out, "train.log")
-    errors = [x.strip() for x in open(log, errors="replace") if x.startswith("error:")] if os.path.exists(log) else []
-    return errors[-1] if errors else "stopped at the time limit"
+    lines = [x.strip() for x in open(log, errors="replace") if x.strip()] if os.path.exists(log) else []
+    errors = [x for x in lines if x.startswith("error:")]
+    return errors[-1] if errors else (lines[-1] if lines else "no output")
 
 
 def last_eval_step(out) -> int:
@@ -897,8 +916,9 @@ def run_paper(paper, seeds, workers, root, smoke, task="math", scale=1, deadline
     early = [(v, s, why_ended(out)) for e, v, s, out in jobs if not os.path.exists(os.path.join(out, "summary.json"))]
     upto = min(last_eval_step(out) for *_, out in jobs) if early else None
     if upto == 0:
-        raise SystemExit(f"error: [{paper}] the time limit stopped a run before its first evaluation after step 0: "
-                         "nothing to compare (a longer --stop-after, or more --workers so that every run starts)")
+        raise SystemExit(f"error: [{paper}] a run ended before its first evaluation after step 0 ("
+                         f"{'; '.join(sorted({w for *_, w in early}))}): nothing to compare (a longer --stop-after, or "
+                         "more --workers so that every run starts)")
     # the command's cost: the runs' total seconds over the workers (a run reused from an interrupted command counts
     # what it took then), and the busiest the machine was when a run ended
     wall = (sum(m["wall_s"] for m in metas) / workers, max(m.get("load_avg_1min", 0.0) for m in metas), workers, upto,
@@ -971,7 +991,7 @@ def report(paper, exps, seeds, wall, command, write_docs, task="math", scale=1, 
     if wall[3] is not None:
         whys = sorted({why for *_, why in wall[5]})
         md += [f"**Runs that ended early** ({len(wall[5])} of {sum(len(r) for e in exps for r in e.runs.values())}): "
-               + "; ".join(f"{', '.join(f'{v} seed {s}' for v, s, w in wall[5] if w == why)}: {why}" for why in whys)
+               + "; ".join(f"{' / '.join(f'{v} seed {s}' for v, s, w in wall[5] if w == why)}: {why}" for why in whys)
                + f". The table reads every run up to step {wall[3]}, the last evaluated step all of them reached; each "
                "check compares its two variants at the last evaluated step both reached (the step it names).", ""]
     md += [f"![{name}](reproduce_{name}.png)", ""]
@@ -1029,8 +1049,11 @@ def main(argv=None):
         raise SystemExit(f"error: --seeds: {a.seeds!r} is not a comma-separated list of integers") from None
     if a.smoke:
         seeds = seeds[:1]
-    if a.scale < 1 or (a.stop_after is not None and not a.stop_after > 0):
-        raise SystemExit(f"error: --scale {a.scale} / --stop-after {a.stop_after}: a positive number is needed")
+    if a.scale < 1 or (a.stop_after is not None and not a.stop_after > 0) or (a.workers is not None and a.workers < 1):
+        raise SystemExit(f"error: --scale {a.scale} / --stop-after {a.stop_after} / --workers {a.workers}: a positive "
+                         "number is needed")
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background by a shell: the runs inherit
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C's handling (exec resets it to the default)
     papers = list(PAPERS) if a.paper == "all" else [a.paper]
     if a.task != "math":
         has = COUNTDOWN_PAPERS if a.task == "countdown" else SMOLLM2_PAPERS

@@ -218,7 +218,9 @@ def test_runs_that_ended_early_are_compared_where_both_reached(tmp_path):
                      error="error: step 21: dynamic sampling: only 6/8 groups with mixed correctness")
     long_ = fake_run(tmp_path, "b", {0: 0.1, 10: 0.3, 20: 0.3, 30: 0.9}, {s: 2.0 for s in range(1, 31)})
     assert reproduce.why_ended(short).startswith("error: step 21: dynamic sampling")
-    assert reproduce.why_ended(long_) == "stopped at the time limit"  # what a run with no summary and no error means
+    assert reproduce.why_ended(long_) == "step 1"  # no error line, no time limit: the output's last line
+    json.dump({"argv": [], "stopped": True}, open(os.path.join(long_, "run.json"), "w"))
+    assert reproduce.why_ended(long_) == "stopped at the time limit"
     assert (reproduce.last_eval_step(short), reproduce.last_eval_step(long_)) == (20, 30)
     r = reproduce.load_run(short, upto=10)
     assert [m["step"] for m in r.metrics] == list(range(1, 11)) and r.summary["after"] == {"step": 10, "eval/accuracy": 0.4}
@@ -237,7 +239,8 @@ def test_runs_that_ended_early_are_compared_where_both_reached(tmp_path):
 def test_a_time_limit_stops_the_runs_and_says_when_nothing_can_be_compared(tmp_path):
     """--stop-after: runs still going are stopped as Ctrl-C stops them (also where the command was started in the
     background with SIGINT ignored) and marked stopped; stopped before any evaluation, the report is one error line."""
-    with pytest.raises(SystemExit, match="error: \\[compass\\] the time limit stopped a run before its first evaluation"):
+    with pytest.raises(SystemExit, match="error: \\[compass\\] a run ended before its first evaluation after step 0 "
+                                         "\\(stopped at the time limit\\)"):
         reproduce.main(["compass", "--smoke", "--out", str(tmp_path), "--stop-after", "0.05"])
     metas = [json.load(open(os.path.join(d, "run.json"))) for d, _, files in os.walk(tmp_path) if "run.json" in files]
     assert len(metas) == 2 and all(m["stopped"] and "--save-every" in m["argv"] for m in metas)
@@ -264,3 +267,12 @@ def test_committed_smollm2_reports_are_what_the_code_computes_from_the_committed
         verdict, lines = e.check(e, e.runs)
         assert f"**Verdict: {verdict}.**" in text and all(f"- {x}" in text for x in lines), (paper, task, lines)
         assert "python train.py " + reproduce.shell(e.base) in text and e.note in text
+
+
+def test_how_a_run_is_carried_out_does_not_make_it_another_run():
+    """--threads and --save-every change how a run is carried out, not what it computes: a resumed command with another
+    --workers (so another --threads) or under --stop-after (--save-every 0) keeps the runs it finds."""
+    a = ["--lr", "1e-5", "--threads", "2", "--seed", "0"]
+    assert reproduce.what(a) == reproduce.what(["--lr", "1e-5", "--seed", "0", "--threads", "1", "--save-every", "0"])
+    assert reproduce.what(a) != reproduce.what(["--lr", "2e-5", "--threads", "2", "--seed", "0"])
+    assert reproduce.what(["--save-every", "10", "--seed", "1"]) == ["--seed", "1"]
