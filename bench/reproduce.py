@@ -216,9 +216,9 @@ def held_out(key="eval/accuracy", n=2):
 
 
 def dapo_smollm2(task):
-    """DAPO Table 1 on SmolLM2-135M-Instruct. The rows as the issue of this form names them: GRPO, then clip-higher,
-    the soft overlong punishment, the token-level loss and dynamic sampling added in turn; overlong filtering is not a
-    row of its own (verl's DAPO FAQ: the best run went without it, as it overlaps the overlong reward shaping)."""
+    """DAPO Table 1 on SmolLM2-135M-Instruct. The rows: GRPO, then clip-higher, the soft overlong punishment, the
+    token-level loss and dynamic sampling added in turn; overlong filtering is not a row of its own (verl's DAPO FAQ:
+    the best run went without it, as it overlaps the overlong reward shaping)."""
     steps = ["GRPO", "+ clip-higher", "+ soft overlong punishment", "+ token-level loss", "+ dynamic sampling (= DAPO)"]
     adds = [[], ["--clip-high", "0.28"], ["--overlong-buffer", "8"], ["--loss-agg", "token-mean"],
             ["--dynamic-sampling", "--gen-batch-factor", "3"]]
@@ -316,9 +316,10 @@ def dapo_experiments(task="math"):
 
 
 def entropy_smollm2(task):
-    """DAPO Sec. 3.1 / Skywork Sec. 3.7 on SmolLM2-135M-Instruct, whose entropy starts at ~2.5 nats/token and falls
-    to ~0.05 in 25 steps of plain GRPO (docs/smollm2.md): mu 1 with the symmetric clip, mu 8 with each clip. The toy
-    forms' fourth variant (clip-higher at mu 1: identical to the symmetric clip, nothing is clipped) is left out."""
+    """DAPO Sec. 3.1 / Skywork Sec. 3.7 on SmolLM2-135M-Instruct, whose entropy at 32 tokens starts at 1.4-2.1
+    nats/token and collapses as it learns (docs/reproduce_entropy_smollm2*.md): mu 1 with the symmetric clip, mu 8
+    with each clip. The toy forms' fourth variant (clip-higher at mu 1: identical to the symmetric clip, nothing is
+    clipped) is left out."""
     sym, hi = ["--clip-high", "0.2"], ["--clip-high", "0.28"]
     variants = {"eps 0.2/0.2, mu 1": sym, "eps 0.2/0.2, mu 8": sym + ["--mini-batch-size", "8"],
                 "eps 0.2/0.28, mu 8": hi + ["--mini-batch-size", "8"]}
