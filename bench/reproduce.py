@@ -72,11 +72,23 @@ SMOLLM2 = ["--model", "smollm2-135m-instruct", "--batch-size", "64", "--group-si
            "--dtype", "bf16-mixed", "--lr", "1e-5", "--attn-implementation", "eager", "--rollout", "fast",
            "--rollout-dtype", "bfloat16", "--draw", "inverse-cdf", "--eval-every", "10", "--eval-samples", "4",
            "--reward-workers", "0", "--save-every", "10", "--keep-checkpoints", "1"]
-SMOLLM2_PAPERS = ("dapo", "entropy", "skywork", "async", "offpolicy-losses")  # the others' SmolLM2 forms: not yet
+SMOLLM2_PAPERS = ("dapo", "entropy", "skywork", "ringlite", "mimo", "compass", "async", "offpolicy-losses")
+# (ringlite-stages and mimo-code: no SmolLM2 form: their claims are about the built-in math and code tasks)
+# Difficulty levels (compass, MiMo's easy pool): reasoning-gym's own chain_sum curriculum, its global levels 0 and 1 as
+# levels 1 and 2 (two one-digit terms; two or three terms of one or two digits). Before RL at 32 tokens
+# (bench/smollm2_base.py, 16 problems x 8, one level a spec): in-format 0.016 / 0.008, mixed groups 12 % / 6 %; level
+# 3 (up to four three-digit terms) 0.000 and no mixed group, so it is left out, as Countdown's level 3 is. 48 held-out
+# problems, 24 a level (level 1 has 26).
+SMOLLM2_LEVELS = "rg:chain_sum?levels=0,1&format=final-answer"
 SMOLLM2_RUNS = os.path.join(ROOT, "docs", "smollm2_runs", "reproduce")
 TASKS = ("math", "countdown", "smollm2", "smollm2-easy")
 ON_SMOLLM2 = {"smollm2": "SmolLM2-135M-Instruct, chain_sum (two two-digit terms) at 32 new tokens",
               "smollm2-easy": "SmolLM2-135M-Instruct, chain_sum (two one-digit terms) at 32 new tokens"}
+
+
+def smollm2_levels() -> list:
+    """The real model's settings on SMOLLM2_LEVELS (two difficulty levels, 48 held-out problems)."""
+    return ["--train-data", SMOLLM2_LEVELS, *SMOLLM2, "--eval-problems", "48"]
 
 
 def common(task: str) -> list:
@@ -434,14 +446,16 @@ def skywork_experiments(task="math"):
 
 
 def ringlite_experiments(task="math"):
-    cd = task == "countdown"
-    base = common(task) + ["--kl-coef", "1e-3", "--entropy-coef", "5e-4", "--max-steps", "30", "--eval-every", "0",
-                           "--eval-samples", "0", "--loss-agg", "token-mean", "--stages", ""]
-    budget = 8192 if cd else 1024  # below every step's response tokens (Countdown: the c3po recipe's 4,096 x 128 / 64)
-    c3po_ = f"C3PO (budget {budget})"
+    cd, sm = task == "countdown", task.startswith("smollm2")
+    base = common(task) + ["--kl-coef", "1e-3", "--entropy-coef", "5e-4", "--max-steps", "30"] + (
+        [] if sm else ["--eval-every", "0", "--eval-samples", "0"]) + ["--loss-agg", "token-mean", "--stages", ""]
+    # below every step's response tokens (Countdown: the c3po recipe's 4,096 x 128 / 64; SmolLM2: its 64 responses
+    # fall from ~15 to ~7-9 tokens each as it learns the format, docs/reproduce_dapo_smollm2.md, ~1,000 -> ~470 a step)
+    budget = 8192 if cd else 384 if sm else 1024
+    c3po_, n = f"C3PO (budget {budget})", 64 if sm else 128  # n: responses a step
 
     def tokens(r):  # tokens in the loss per update: C3PO's selection, else every response token of the step
-        return [m.get("c3po/tokens_used", m["rollout/response_length"] * 128) for m in r.metrics]
+        return [m.get("c3po/tokens_used", m["rollout/response_length"] * n) for m in r.metrics]
 
     def check_a(exp, runs):
         tok = compare(exp, c3po_, "GRPO", lambda r: statistics.stdev(tokens(r)) / statistics.mean(tokens(r)),
@@ -460,10 +474,14 @@ def ringlite_experiments(task="math"):
              ("tokens/update sd/mean", lambda r: statistics.stdev(tokens(r)) / statistics.mean(tokens(r))),
              ("grad norm mean", over_run("perf/grad_norm")), ("grad norm sd/mean", cv("perf/grad_norm")),
              ("response length", over_run("rollout/response_length")), ("greedy acc", final("eval/accuracy"))],
-            [("tokens per update", tokens), ("grad norm", "perf/grad_norm"), ("response length", "rollout/response_length")],
+            [("tokens per update", tokens), ("grad norm", "perf/grad_norm"), ("response length", "rollout/response_length")]
+            + ([("held-out greedy accuracy", "eval:eval/accuracy")] if sm else []),
             note="Ring-lite's other settings (KL 1e-3, entropy 5e-4, mu 1) in both; GRPO with token-mean. " + (
                 f"{ON_COUNTDOWN}: a step's 128 responses hold ~10-14K tokens, so the budget 8192 binds on every step."
                 if cd else
+                f"{ON_SMOLLM2[task]}, 8 prompts x 8, lr 1e-5: a step's 64 responses hold ~1,000 tokens at the start "
+                "and ~470-600 once the model answers in one sentence, so the budget 384 binds on every step and GRPO's "
+                "tokens per update halve over the run." if sm else
                 "The budget 1024 is below the step's ~1.5-3K response tokens, so it binds on every step."))]
 
 
@@ -495,12 +513,13 @@ def ringlite_stages_experiments():
 
 
 def mimo_experiments(task="math"):
-    cd = task == "countdown"
-    seam = common(task) + ["--dynamic-sampling", "--mini-batch-size", "128", "--max-steps", "12", "--eval-every", "0",
-                     "--eval-samples", "0"]
+    cd, sm = task == "countdown", task.startswith("smollm2")
+    n = 64 if sm else 128  # responses a step
+    seam = common(task) + ["--dynamic-sampling", "--mini-batch-size", str(n), "--max-steps", "12", "--eval-every", "0",
+                           "--eval-samples", "0"] + (["--max-gen-rounds", "20"] if sm else [])
 
     def waste(r):
-        return statistics.mean(1 - 128 / m["rollout/generated"] for m in r.metrics)
+        return statistics.mean(1 - n / m["rollout/generated"] for m in r.metrics)
 
     def check_a(exp, runs):
         t = compare(exp, "seamless", "naive", over_run("perf/gen_time_s"), higher=False)
@@ -510,15 +529,20 @@ def mimo_experiments(task="math"):
 
     pool = common(task) + ["--dynamic-sampling", "--mini-batch-size", "32", "--max-steps", "24", "--eval-every", "0",
                            "--eval-samples", "0", "--train-problems", "256"]
+    if sm:  # the level mix, where level 1's prompts get solved (MiMo's pool holds the problems the model has mastered)
+        pool = smollm2_levels() + ["--dynamic-sampling", "--mini-batch-size", "16", "--max-steps", "24",
+                                   "--max-gen-rounds", "20", "--train-problems", "64"]
+    acc = held_out() if sm else final("eval/accuracy")
 
     def eff(r):  # kept / generated over the last 8 steps: the sampling efficiency
-        return statistics.mean(128 / m["rollout/generated"] for m in r.metrics[-8:])
+        return statistics.mean(n / m["rollout/generated"] for m in r.metrics[-8:])
 
     def check_b(exp, runs):
         e = compare(exp, "easy pool (alpha 0.1)", "no pool", eff)
-        d = compare(exp, "easy pool (alpha 0.1)", "drop solved", final("eval/accuracy"))
+        d = compare(exp, "easy pool (alpha 0.1)", "drop solved", acc)
         return verdict_of([e, d]), [line("sampling efficiency (kept / generated, last 8 steps): easy pool vs no pool", e),
-                                   line("final greedy accuracy: easy pool vs dropping solved prompts", d)]
+                                   line("final greedy accuracy: easy pool vs dropping solved prompts"
+                                        + (" (last two evaluations)" if sm else ""), d)]
 
     return [
         Experiment(
@@ -529,7 +553,10 @@ def mimo_experiments(task="math"):
             [("rollout s/step", over_run("perf/gen_time_s")), ("step s", over_run("perf/step_time_s")),
              ("generated/step", over_run("rollout/generated")), ("discarded share", waste)],
             [("rollout seconds", "perf/gen_time_s"), ("responses generated", "rollout/generated")],
-            note="Waves on the default engine (vLLM's continuous batching is the --rollout vllm path): the saving is the "
+            note=(f"{ON_SMOLLM2[task]}, 8 prompts x 8, lr 1e-5, mu 1, up to 20 generation rounds a step. Waves on the fast engine (vLLM's continuous batching is the --rollout "
+                  "vllm path): the saving is the launch sizing and the overlap of scoring with generation. One run at a "
+                  "time on the 2 cores; the generated counts are not noisy.") if sm else
+                 "Waves on the default engine (vLLM's continuous batching is the --rollout vllm path): the saving is the "
                  "launch sizing and the overlap of scoring with generation. Two runs share the 2 cores, so the seconds "
                  "are noisy; the generated counts are not." + (f" {ON_COUNTDOWN}." if cd else "")),
         Experiment(
@@ -540,10 +567,15 @@ def mimo_experiments(task="math"):
             pool, {"no pool": [], "easy pool (alpha 0.1)": ["--easy-pool-alpha", "0.1"], "drop solved": ["--drop-solved"]},
             check_b,
             [("efficiency, last 8", eff), ("gen rounds", over_run("rollout/gen_rounds")), ("greedy acc", final("eval/accuracy")),
-             ("easy share", over_run("data/easy_slot_share"))],
-            [("kept / generated", lambda r: ([m["step"] for m in r.metrics], [128 / m["rollout/generated"] for m in r.metrics])),
+             ("easy share", over_run("data/easy_slot_share"))] + ([("held-out acc (last 2 evals)", acc)] if sm else []),
+            [("kept / generated", lambda r: ([m["step"] for m in r.metrics], [n / m["rollout/generated"] for m in r.metrics])),
              ("train accuracy", "rollout/accuracy")],
-            note="mu = 4. 'drop solved' = --drop-solved: a prompt solved perfectly once leaves the pool for good. "
+            note=("SmolLM2-135M-Instruct on reasoning-gym's chain_sum levels 1-2 (its curriculum's levels 0 and 1: two "
+                  "one-digit terms; two or three terms of one or two digits) at 32 new tokens, 8 prompts x 8, lr 1e-5, "
+                  "mu = 4, up to 20 generation rounds a step. 'drop solved' = --drop-solved: a prompt solved perfectly "
+                  "once leaves the pool for good. --train-problems 64: the ~200+ prompts drawn in 24 steps cover them "
+                  "several times, as MiMo's epochs do.") if sm else
+                 "mu = 4. 'drop solved' = --drop-solved: a prompt solved perfectly once leaves the pool for good. "
                  "--train-problems 256: the ~850 prompts drawn in 24 steps then cover the data about three times, as "
                  "MiMo's epochs do" + (f". {ON_COUNTDOWN}." if cd else
                  "; over the 20,000 built-in problems (a first run, same settings otherwise) a solved "
@@ -575,19 +607,25 @@ def mimo_code_experiments():
 
 
 def compass_experiments(task="math"):
-    cd = task == "countdown"
-    hard = (2,) if cd else (4, 5)  # the hardest levels of the task's mix
+    cd, sm = task == "countdown", task.startswith("smollm2")
+    hard = (2,) if cd or sm else (4, 5)  # the hardest levels of the task's mix
 
     def hard_acc(r, e):
         return sum(e.get(f"eval/accuracy_level{k}", 0) for k in hard) / len(hard)
 
-    def check(exp, runs):
-        a = compare(exp, "staged easy -> hard", "uniform mix", final("eval/accuracy"))
-        h = compare(exp, "staged easy -> hard", "uniform mix", lambda r: hard_acc(r, r.summary["after"]))
-        return verdict_of([a, h]), [line("final greedy accuracy: staged vs uniform", a),
-                                   line(f"final accuracy on level{'s 4-5' if not cd else ' 2'}: staged vs uniform", h)]
+    # the real model's runs: the last two evaluations (greedy every 10 steps), as its other forms
+    acc = held_out() if sm else final("eval/accuracy")
+    acc_hard = held_out("eval/accuracy_level2") if sm else (lambda r: hard_acc(r, r.summary["after"]))
+    last_ = " (last two evaluations)" if sm else ""
 
-    levels = (1, 2) if cd else (1, 2, 3, 4, 5)
+    def check(exp, runs):
+        a = compare(exp, "staged easy -> hard", "uniform mix", acc)
+        h = compare(exp, "staged easy -> hard", "uniform mix", acc_hard)
+        return verdict_of([a, h]), [line(f"final greedy accuracy{last_}: staged vs uniform", a),
+                                   line(f"final accuracy on level{'s 4-5' if not (cd or sm) else ' 2'}{last_}: staged "
+                                        "vs uniform", h)]
+
+    levels = (1, 2) if cd or sm else (1, 2, 3, 4, 5)
     base = COMMON + ["--recipe", "compass", "--max-steps", "30", "--eval-every", "5", "--eval-samples", "0"]
     note = ("The compass recipe (+-1 reward, clip-higher, token-mean, dynamic sampling) either way, at mu = 1 (the shared "
             "--mini-batch-size 128 wins over the recipe's 16: the stages are compared, not the updates per rollout); "
@@ -602,6 +640,17 @@ def compass_experiments(task="math"):
                  "compass_stages' over the two levels (renormalised): 4:3, then 1:2, then level 2 alone, against 1:1; "
                  "up to 20 generation rounds a step (the recipe's 10 can fall short of 16 mixed groups on level 2). "
                  "The shipped cold start and the Countdown defaults (128 tokens, lr 3e-4).")
+    elif sm:
+        base = smollm2_levels() + ["--recipe", "compass", "--mini-batch-size", "64", "--gen-batch-factor", "3",
+                                   "--max-gen-rounds", "20", "--max-steps", "30"]
+        note = ("The compass recipe (+-1 reward, clip-higher, token-mean, dynamic sampling) either way, at mu = 1 (the "
+                "stages are compared, not the updates per rollout); the uniform mix is the same run with "
+                "--curriculum ''. SmolLM2-135M-Instruct on reasoning-gym's chain_sum levels 1-2 (its curriculum's "
+                "levels 0 and 1: two one-digit terms; two or three terms of one or two digits) at 32 new tokens, 8 "
+                "prompts x 8, lr 1e-5; the held-out set the same mix (24 problems a level). Before RL, level 2 has 6 % "
+                "of its groups mixed (level 1 12 %) and its level 3 none, which is left out. The stages' mixes are "
+                "compass_stages' over the two levels (renormalised): 4:3, then 1:2, then level 2 alone, against 1:1; "
+                "generation factor 3 (the dapo recipe's) and up to 20 rounds a step.")
     else:
         note += (" Level 4 trails level 5 in both, as in the default run: the shipped cold start copies the 4th of five "
                  "operands right in 20 of the 84 held-out level-4 problems (given the steps), and RL does not teach it "
@@ -612,8 +661,12 @@ def compass_experiments(task="math"):
         "Compass-Thinker Sec. 3-4: training in stages of increasing difficulty beats one uniform mix of all levels.",
         base, {"staged easy -> hard": [], "uniform mix": ["--curriculum", ""]}, check,
         [("greedy acc", final("eval/accuracy"))] + [(f"level {k}", final(f"eval/accuracy_level{k}")) for k in levels]
-        + ([("length", over_run("rollout/response_length")), ("gen rounds", over_run("rollout/gen_rounds"))] if cd else []),
-        [(f"held-out accuracy, level {k}", f"eval:eval/accuracy_level{k}") for k in (levels[0], levels[len(levels) // 2], levels[-1])]
+        + ([("length", over_run("rollout/response_length")), ("gen rounds", over_run("rollout/gen_rounds"))] if cd else [])
+        + ([("held-out acc (last 2 evals)", acc), ("level 2 (last 2 evals)", acc_hard),
+            ("zero-var groups", over_run("rollout/frac_zero_std")), ("gen rounds", over_run("rollout/gen_rounds"))]
+           if sm else []),
+        [(f"held-out accuracy, level {k}", f"eval:eval/accuracy_level{k}")
+         for k in ((1, 2) if sm else (levels[0], levels[len(levels) // 2], levels[-1]))]
         + [("held-out accuracy", "eval:eval/accuracy")],
         note=note)]
 

@@ -132,7 +132,8 @@ def test_offpolicy_losses_check_by_hand():
 def test_readme_verdict_table_is_the_reports():
     """The README's table of verdicts, math, Countdown and SmolLM2 side by side, says what each committed report
     computed (a paper of two experiments: both verdicts, 'a / b', where they differ); 'no form' exactly where --task
-    countdown has none; 'not run yet' where no SmolLM2 report is committed; the easy task's GPU verdict where given."""
+    countdown or --task smollm2 has none; 'not run yet' where a SmolLM2 form has no committed report; the easy task's
+    GPU verdict where given."""
     readme = open(os.path.join(reproduce.ROOT, "README.md")).read()
     rows = [r.split("|")[1:-1] for r in readme.splitlines() if r.startswith("| ") and r.count("`") == 2 and " | `" in r]
     seen = set()
@@ -149,10 +150,12 @@ def test_readme_verdict_table_is_the_reports():
             said = cell.replace("**", "").split(" (")[0].strip()
             path = os.path.join(reproduce.ROOT, "docs", f"reproduce_{name}.md")
             if said == "no form":
-                assert name.endswith("_countdown") and paper in reproduce.NO_COUNTDOWN and not os.path.exists(path)
+                assert (name.endswith("_countdown") and paper in reproduce.NO_COUNTDOWN or name.endswith("_smollm2")
+                        and paper not in reproduce.SMOLLM2_PAPERS) and not os.path.exists(path), (paper, name)
                 continue
             if said == "not run yet":
                 assert name.endswith("_smollm2") and not os.path.exists(path), (paper, "a report exists")
+                assert paper in reproduce.SMOLLM2_PAPERS, (paper, "has no SmolLM2 form")
             else:
                 assert said == verdicts(name), (paper, name, said)
             if "easy task, H200: " in cell:  # the first SmolLM2 form's 10x runs on a GPU
@@ -184,10 +187,15 @@ def test_every_smollm2_variant_is_a_valid_run(paper, task):
         for v in e.variants:
             cfg = config.parse_config(reproduce.train_argv(e, v, 0, "/tmp/x", False, 10, 2, checkpoints=False))
             assert cfg.model == "smollm2-135m-instruct" and cfg.reward == "rg"
-            assert f"max_digits={1 if task == 'smollm2-easy' else 2}&" in cfg.train_data
             assert (cfg.max_new_tokens, cfg.batch_size, cfg.group_size, cfg.lr, cfg.dtype) == (32, 64, 8, 1e-5, "bf16-mixed")
-            assert (cfg.max_steps, cfg.threads, cfg.save_every, cfg.eval_every) == (300, 2, 0, 10)
-            assert cfg.eval_problems == (24 if task == "smollm2-easy" else 64)
+            steps = int(e.base[e.base.index("--max-steps") + 1])  # 30 (MiMo's: 12 and 24)
+            assert (cfg.max_steps, cfg.threads, cfg.save_every) == (10 * steps, 2, 0)
+            if cfg.train_data == reproduce.SMOLLM2_LEVELS:  # the level mix (compass, MiMo's easy pool): the task's own
+                assert paper in ("compass", "mimo") and cfg.eval_problems == 48 and cfg.eval_every == 10
+            else:
+                assert f"max_digits={1 if task == 'smollm2-easy' else 2}&" in cfg.train_data
+                assert cfg.eval_problems == (24 if task == "smollm2-easy" else 64)
+                assert cfg.eval_every == (0 if e.name.startswith("MiMo Sec. 3.4.1") else 10)  # rollout seconds only
     dapo_ = reproduce.experiments("dapo", task)[0]
     full = config.parse_config(reproduce.train_argv(dapo_, list(dapo_.variants)[-1], 0, "/tmp/x", False))
     grpo_ = config.parse_config(reproduce.train_argv(dapo_, "GRPO", 0, "/tmp/x", False))
