@@ -73,7 +73,8 @@ SMOLLM2 = ["--model", "smollm2-135m-instruct", "--batch-size", "64", "--group-si
            "--rollout-dtype", "bfloat16", "--draw", "inverse-cdf", "--eval-every", "10", "--eval-samples", "4",
            "--reward-workers", "0", "--save-every", "10", "--keep-checkpoints", "1"]
 SMOLLM2_PAPERS = ("dapo", "entropy", "skywork", "ringlite", "mimo", "compass", "async", "offpolicy-losses")
-# (ringlite-stages and mimo-code: no SmolLM2 form: their claims are about the built-in math and code tasks)
+NO_SMOLLM2 = {"ringlite-stages": "its claim is about the built-in math and code tasks trained in turn",
+              "mimo-code": "its claim is about the built-in code task's test cases"}
 # Difficulty levels (compass, MiMo's easy pool): reasoning-gym's own chain_sum curriculum, its global levels 0 and 1 as
 # levels 1 and 2 (two one-digit terms; two or three terms of one or two digits). Before RL at 32 tokens
 # (bench/smollm2_base.py, 16 problems x 8, one level a spec): in-format 0.016 / 0.008, mixed groups 12 % / 6 %; level
@@ -1087,9 +1088,8 @@ def main(argv=None):
                                                 "docs/smollm2_runs/reproduce, kept as data)")
     ap.add_argument("--smoke", action="store_true", help="2 steps, the first seed only, nothing written to docs/")
     ap.add_argument("--task", choices=TASKS, default="math", help="the task the runs train on (countdown: every paper "
-                    f"but {' and '.join(NO_COUNTDOWN)}; smollm2, smollm2-easy: the real model, {' and '.join(SMOLLM2_PAPERS)} so "
-                    "far; "
-                    "reports docs/reproduce_PAPER_TASK.md)")
+                    f"but {' and '.join(NO_COUNTDOWN)}; smollm2, smollm2-easy: the real model, every paper but "
+                    f"{' and '.join(NO_SMOLLM2)}; reports docs/reproduce_PAPER_TASK.md)")
     ap.add_argument("--scale", type=int, default=1, help="K times each run's steps (a GPU's runs; reports "
                                                          "docs/reproduce_PAPER_TASK_xK.md)")
     ap.add_argument("--report-only", action="store_true", help="train nothing: the report of the runs as they are "
@@ -1113,7 +1113,7 @@ def main(argv=None):
         has = COUNTDOWN_PAPERS if a.task == "countdown" else SMOLLM2_PAPERS
         if a.paper != "all" and a.paper not in has:
             why = f"no Countdown form: {NO_COUNTDOWN[a.paper]}" if a.task == "countdown" else \
-                "no SmolLM2 form yet"
+                f"no SmolLM2 form: {NO_SMOLLM2[a.paper]}"
             raise SystemExit(f"error: --task {a.task}: {a.paper} has {why} (those that have one: {', '.join(has)})")
         papers = [p for p in papers if p in has]
     workers = max(1, a.workers or (1 if a.task.startswith("smollm2") else 2))
@@ -1134,4 +1134,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main() and 0)
+    sys.path.insert(0, ROOT)
+    from tools.cli import cli  # bad input: one line and exit 2
+
+    sys.exit(cli(main))

@@ -48,11 +48,15 @@ def test_every_countdown_variant_is_a_valid_countdown_run(paper):
                 math.algorithm, math.entropy_coef, math.adaptive_entropy, math.kl_coef)
 
 
-def test_countdown_task_of_a_paper_without_one_is_one_error():
+def test_a_task_a_paper_has_no_form_for_is_one_error():
     assert set(reproduce.COUNTDOWN_PAPERS) | set(reproduce.NO_COUNTDOWN) == set(reproduce.PAPERS)
     for paper in reproduce.NO_COUNTDOWN:
         with pytest.raises(SystemExit, match=f"error: --task countdown: {paper} has no Countdown form: its claim is about"):
             reproduce.main([paper, "--task", "countdown", "--smoke"])
+    assert set(reproduce.SMOLLM2_PAPERS) | set(reproduce.NO_SMOLLM2) == set(reproduce.PAPERS)
+    for paper in reproduce.NO_SMOLLM2:
+        with pytest.raises(SystemExit, match=f"error: --task smollm2: {paper} has no SmolLM2 form: its claim is about"):
+            reproduce.main([paper, "--task", "smollm2", "--smoke"])
 
 
 def run(metrics, summary=None):
