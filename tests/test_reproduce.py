@@ -5,6 +5,7 @@ Run:  python -m pytest -q tests/test_reproduce.py
 """
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -57,6 +58,13 @@ def test_a_task_a_paper_has_no_form_for_is_one_error():
     for paper in reproduce.NO_SMOLLM2:
         with pytest.raises(SystemExit, match=f"error: --task smollm2: {paper} has no SmolLM2 form: its claim is about"):
             reproduce.main([paper, "--task", "smollm2", "--smoke"])
+
+
+def test_bad_input_is_one_line_and_exit_2():
+    for argv in (["mimo-code", "--task", "smollm2"], ["dapo", "--seeds", "0,x"]):
+        p = subprocess.run([sys.executable, os.path.join(reproduce.ROOT, "bench", "reproduce.py"), *argv],
+                           capture_output=True, text=True)
+        assert (p.returncode, p.stdout, p.stderr.count("\n")) == (2, "", 1) and p.stderr.startswith("error: "), p.stderr
 
 
 def run(metrics, summary=None):
