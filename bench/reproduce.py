@@ -480,9 +480,9 @@ def ringlite_experiments(task="math"):
             note="Ring-lite's other settings (KL 1e-3, entropy 5e-4, mu 1) in both; GRPO with token-mean. " + (
                 f"{ON_COUNTDOWN}: a step's 128 responses hold ~10-14K tokens, so the budget 8192 binds on every step."
                 if cd else
-                f"{ON_SMOLLM2[task]}, 8 prompts x 8, lr 1e-5: a step's 64 responses hold ~1,000 tokens at the start "
-                "and ~470-600 once the model answers in one sentence, so the budget 384 binds on every step and GRPO's "
-                "tokens per update halve over the run." if sm else
+                f"{ON_SMOLLM2[task]}, 8 prompts x 8, lr 1e-5: in the dapo runs a step's 64 responses held ~1,000 "
+                "tokens at the start and ~470-600 once the model answered in one sentence, so the budget 384 is below "
+                "every step's tokens." if sm else
                 "The budget 1024 is below the step's ~1.5-3K response tokens, so it binds on every step."))]
 
 
@@ -554,9 +554,10 @@ def mimo_experiments(task="math"):
             [("rollout s/step", over_run("perf/gen_time_s")), ("step s", over_run("perf/step_time_s")),
              ("generated/step", over_run("rollout/generated")), ("discarded share", waste)],
             [("rollout seconds", "perf/gen_time_s"), ("responses generated", "rollout/generated")],
-            note=(f"{ON_SMOLLM2[task]}, 8 prompts x 8, lr 1e-5, mu 1, up to 20 generation rounds a step. Waves on the fast engine (vLLM's continuous batching is the --rollout "
-                  "vllm path): the saving is the launch sizing and the overlap of scoring with generation. One run at a "
-                  "time on the 2 cores; the generated counts are not noisy.") if sm else
+            note=(f"{ON_SMOLLM2[task]}, 8 prompts x 8, lr 1e-5, mu 1, up to 20 generation rounds a step. Waves on "
+                  "the fast engine (vLLM's continuous batching is the --rollout vllm path): the saving is the launch "
+                  "sizing and the overlap of scoring with generation. The seconds depend on what else shares the "
+                  "cores; the generated counts do not.") if sm else
                  "Waves on the default engine (vLLM's continuous batching is the --rollout vllm path): the saving is the "
                  "launch sizing and the overlap of scoring with generation. Two runs share the 2 cores, so the seconds "
                  "are noisy; the generated counts are not." + (f" {ON_COUNTDOWN}." if cd else "")),
