@@ -327,10 +327,11 @@ def resolve_resume(resume: str, output_dir: str) -> str | None:
     return resume
 
 
-def restart_config(output_dir: str, builtin_models=()) -> dict | None:
+def restart_config(output_dir: str, builtin_models=(), model: str | None = None) -> dict | None:
     """--resume auto on a run that stopped before its first checkpoint: that run's settings, from its config.json
     (None: the directory holds no run, and a fresh run starts with the flags given). Its "model" is the resolved path;
-    one of `builtin_models` (what --model '' resolves to) goes back to '' so the run is rebuilt as it was started."""
+    one of `builtin_models` (what --model '' resolves to) goes back to '', and the folder a named model resolves to
+    (`model`, the --model given: tools/smollm2.py's name) back to that name, so the run is rebuilt as it was started."""
     path = os.path.join(output_dir, "config.json")
     if not os.path.exists(path):
         say(f"no checkpoint in {output_dir}: starting fresh")
@@ -343,7 +344,16 @@ def restart_config(output_dir: str, builtin_models=()) -> dict | None:
                          "--overwrite replaces that run") from None
     if saved.get("model") and os.path.realpath(saved["model"]) in {os.path.realpath(m) for m in builtin_models}:
         saved["model"] = ""
+    if model and saved.get("model") and os.path.realpath(saved["model"]) == os.path.realpath(named_path(model)):
+        saved["model"] = model
     return saved
+
+
+def named_path(model: str) -> str:
+    """The folder `--model NAME` resolves to (tools/smollm2.py's name), without converting anything; a path as it is."""
+    from tools import smollm2
+
+    return smollm2.cache_path() if model == smollm2.NAME else model
 
 
 def check_finished(ckpt: str, max_steps: int, output_dir: str) -> None:
@@ -386,7 +396,7 @@ def resumed(settings: dict, given: dict, rules: dict, builtin_models=list) -> di
         raise SystemExit(f"error: --overwrite: contradicts --resume {resume} (--resume continues the run, --overwrite "
                          "replaces it): give one of them")
     ckpt = resolve_resume(resume, output_dir)
-    saved = saved_config(ckpt) if ckpt else restart_config(output_dir, builtin_models())
+    saved = saved_config(ckpt) if ckpt else restart_config(output_dir, builtin_models(), given.get("model"))
     if saved is None:  # --resume auto on a directory without a run: a fresh run
         return {**settings, "resume": "", "overwrite": True}
     where = ckpt or f"auto ({output_dir}/config.json)"

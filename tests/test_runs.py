@@ -257,3 +257,23 @@ def test_progress_in_a_log_file_is_a_line_every_log_every_seconds(monkeypatch, c
     for line, n in zip(lines[1:], timed):
         assert f"| {n}/{steps} " in line and f"reward={n - 1:.3f}" in line, (n, line)
     assert f"| {steps}/{steps} " in lines[-1] and f"reward={steps - 1:.3f}" in lines[-1]
+
+
+def test_resume_auto_before_the_first_checkpoint_of_a_named_model(tmp_path):
+    """config.json keeps the folder --model resolved to; `--resume auto` with the name (--model smollm2-135m-instruct,
+    as bench/reproduce.py passes it) reads that folder back as the name, so the run restarts rather than being refused
+    as another model; another model stays what the run saved, and is refused."""
+    import runs
+    from tools import smollm2
+
+    (tmp_path / "config.json").write_text(json.dumps({"model": smollm2.cache_path(), "recipe": "grpo"}))
+    assert runs.restart_config(str(tmp_path), [], smollm2.NAME)["model"] == smollm2.NAME
+    assert runs.restart_config(str(tmp_path), [], smollm2.cache_path())["model"] == smollm2.cache_path()
+    assert runs.restart_config(str(tmp_path), [], "/elsewhere/model")["model"] == smollm2.cache_path()
+    given = {"model": smollm2.NAME, "max_steps": 3}
+    settings = {"resume": "auto", "output_dir": str(tmp_path), "overwrite": False, "resume_override": False,
+                "model": smollm2.NAME, "recipe": "grpo", "max_steps": 3}
+    (tmp_path / "config.json").write_text(json.dumps({**settings, "resume": "", "model": smollm2.cache_path()}))
+    out = runs.resumed(settings, given, {"model": "fixed", "recipe": "fixed", "max_steps": "free", "output_dir": "free"},
+                       lambda: [])
+    assert (out["model"], out["overwrite"], out["resume"]) == (smollm2.NAME, True, "")
