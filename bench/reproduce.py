@@ -81,6 +81,8 @@ NO_SMOLLM2 = {"ringlite-stages": "its claim is about the built-in math and code 
 # 3 (up to four three-digit terms) 0.000 and no mixed group, so it is left out, as Countdown's level 3 is. 48 held-out
 # problems, 24 a level (level 1 has 26).
 SMOLLM2_LEVELS = "rg:chain_sum?levels=0,1&format=final-answer"
+ON_LEVELS = ("SmolLM2-135M-Instruct on reasoning-gym's chain_sum levels 1-2 (its curriculum's levels 0 and 1: two "
+             "one-digit terms; two or three terms of one or two digits) at 32 new tokens")
 SMOLLM2_RUNS = os.path.join(ROOT, "docs", "smollm2_runs", "reproduce")
 TASKS = ("math", "countdown", "smollm2", "smollm2-easy")
 ON_SMOLLM2 = {"smollm2": "SmolLM2-135M-Instruct, chain_sum (two two-digit terms) at 32 new tokens",
@@ -579,10 +581,8 @@ def mimo_experiments(task="math"):
              ("easy share", over_run("data/easy_slot_share"))] + ([("held-out acc (last 2 evals)", acc)] if sm else []),
             [("kept / generated", lambda r: ([m["step"] for m in r.metrics], [n / m["rollout/generated"] for m in r.metrics])),
              ("train accuracy", "rollout/accuracy")],
-            note=("SmolLM2-135M-Instruct on reasoning-gym's chain_sum levels 1-2 (its curriculum's levels 0 and 1: two "
-                  "one-digit terms; two or three terms of one or two digits) at 32 new tokens, 8 prompts x 8, lr 1e-5, "
-                  "mu = 4, up to 20 generation rounds a step. 'drop solved' = --drop-solved: a prompt solved perfectly "
-                  "once leaves the pool for good. --train-problems 64: the ~200+ prompts drawn in 24 steps cover them "
+            note=(f"{ON_LEVELS}, 8 prompts x 8, lr 1e-5, mu = 4, up to 20 generation rounds a step. 'drop "
+                  "solved' = --drop-solved: a prompt solved perfectly once leaves the pool for good. --train-problems 64: the ~200+ prompts drawn in 24 steps cover them "
                   "several times, as MiMo's epochs do.") if sm else
                  "mu = 4. 'drop solved' = --drop-solved: a prompt solved perfectly once leaves the pool for good. "
                  "--train-problems 256: the ~850 prompts drawn in 24 steps then cover the data about three times, as "
@@ -654,10 +654,8 @@ def compass_experiments(task="math"):
                                    "--max-gen-rounds", "20", "--max-steps", "30"]
         note = ("The compass recipe (+-1 reward, clip-higher, token-mean, dynamic sampling) either way, at mu = 1 (the "
                 "stages are compared, not the updates per rollout); the uniform mix is the same run with "
-                "--curriculum ''. SmolLM2-135M-Instruct on reasoning-gym's chain_sum levels 1-2 (its curriculum's "
-                "levels 0 and 1: two one-digit terms; two or three terms of one or two digits) at 32 new tokens, 8 "
-                "prompts x 8, lr 1e-5; the held-out set the same mix (24 problems a level). Before RL, level 2 has 6 % "
-                "of its groups mixed (level 1 12 %) and its level 3 none, which is left out. The stages' mixes are "
+                f"--curriculum ''. {ON_LEVELS}, 8 prompts x 8, lr 1e-5; the held-out set the same mix (24 "
+                "problems a level). Before RL, level 2 has 6 % of its groups mixed (level 1 12 %) and its level 3 none, which is left out. The stages' mixes are "
                 "compass_stages' over the two levels (renormalised): 4:3, then 1:2, then level 2 alone, against 1:1; "
                 "generation factor 3 (the dapo recipe's) and up to 20 rounds a step.")
     else:

@@ -262,7 +262,7 @@ def test_progress_in_a_log_file_is_a_line_every_log_every_seconds(monkeypatch, c
 def test_resume_auto_before_the_first_checkpoint_of_a_named_model(tmp_path):
     """config.json keeps the folder --model resolved to; `--resume auto` with the name (--model smollm2-135m-instruct,
     as bench/reproduce.py passes it) reads that folder back as the name, so the run restarts rather than being refused
-    as another model; another model stays what the run saved, and is refused."""
+    as another model; with another --model the saved folder stays as it is (resume then refuses the change)."""
     import runs
     from tools import smollm2
 
