@@ -320,7 +320,7 @@ def test_plan_in_docs_is_the_commands_output():
 def test_plan_takes_gpu_rows_at_the_plans_micro_batch_and_counts_adamws_step_elsewhere():
     import sys
 
-    sys.path.insert(0, f"{ROOT}/bench")
+    sys.path.append(f"{ROOT}/bench")
     import gpu
     import memory
 

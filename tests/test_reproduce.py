@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+# appended, after the project: bench/async_rollout.py must not shadow the project's async_rollout.py
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 import config  # noqa: E402
 import reproduce  # noqa: E402
 from trainer import stages  # noqa: E402

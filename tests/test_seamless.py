@@ -11,7 +11,8 @@ import pytest
 import seamless
 from rollout import Completion, SamplingParams
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+# appended, after the project: bench/async_rollout.py must not shadow the project's async_rollout.py
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 from seamless_waste import naive_collect  # noqa: E402  (the baseline: DAPO's full-batch rounds)
 
 G = 4
