@@ -591,7 +591,8 @@ def mimo_experiments(task="math"):
             [("kept / generated", lambda r: ([m["step"] for m in r.metrics], [n / m["rollout/generated"] for m in r.metrics])),
              ("train accuracy", "rollout/accuracy")],
             note=(f"{ON_LEVELS}, 8 prompts x 8, lr 1e-5, mu = 4, up to 20 generation rounds a step. 'drop "
-                  "solved' = --drop-solved: a prompt solved perfectly once leaves the pool for good. --train-problems 64: the ~200+ prompts drawn in 24 steps cover them "
+                  "solved' = --drop-solved: a prompt solved perfectly once leaves the pool for good. "
+                  "--train-problems 64: the ~200+ prompts drawn in 24 steps cover them "
                   "several times, as MiMo's epochs do.") if sm else
                  "mu = 4. 'drop solved' = --drop-solved: a prompt solved perfectly once leaves the pool for good. "
                  "--train-problems 256: the ~850 prompts drawn in 24 steps then cover the data about three times, as "
@@ -664,7 +665,8 @@ def compass_experiments(task="math"):
         note = ("The compass recipe (+-1 reward, clip-higher, token-mean, dynamic sampling) either way, at mu = 1 (the "
                 "stages are compared, not the updates per rollout); the uniform mix is the same run with "
                 f"--curriculum ''. {ON_LEVELS}, 8 prompts x 8, lr 1e-5; the held-out set the same mix (24 "
-                "problems a level). Before RL, level 2 has 6 % of its groups mixed (level 1 12 %) and its level 3 none, which is left out. The stages' mixes are "
+                "problems a level). Before RL, level 2 has 6 % of its groups mixed (level 1 12 %) and its level 3 "
+                "none, which is left out. The stages' mixes are "
                 "compass_stages' over the two levels (renormalised): 4:3, then 1:2, then level 2 alone, against 1:1; "
                 "generation factor 3 (the dapo recipe's) and up to 20 rounds a step.")
     else:
