@@ -890,10 +890,12 @@ def run_one(argv, out, resume=False, deadline=None):
     unfinished run with the same arguments continues from its last checkpoint when `resume` (train.py --resume auto),
     else starts again from nothing. At `deadline` (time.time()) a run still going is stopped as Ctrl-C stops it, and
     a run that fails under a deadline is kept as it ended: both return None (the report compares them where they
-    stopped); without a deadline a failure is one error line."""
+    stopped); without a deadline a failure is one error line, but for a run whose dynamic sampling ran dry (the
+    filter found too few mixed groups in --max-gen-rounds rounds: the model solves nearly every prompt drawn, an outcome
+    as verl's DAPO trainer raises it), kept as it ended and compared where it stopped."""
     done, meta = os.path.join(out, "summary.json"), os.path.join(out, "run.json")
     same = os.path.exists(meta) and what(json.load(open(meta))["argv"]) == what(argv)
-    if os.path.exists(done) and same:
+    if os.path.exists(done) and same or same and ran_dry(out):  # a run that ran dry would end there again
         return 0.0
     carry_on = resume and same  # else from nothing, and the earlier sittings' seconds do not count
     earlier = json.load(open(meta)).get("wall_s", 0.0) if carry_on else 0.0
@@ -923,15 +925,15 @@ def run_one(argv, out, resume=False, deadline=None):
             rc = 0
     if rc != 0:
         record(failed=rc)
-        if deadline is not None:
-            return None
-        raise SystemExit(f"error: train.py failed (exit {rc}) in {out}; its output: {os.path.join(out, 'train.log')}")
-    record()
+        if deadline is None and not ran_dry(out):
+            raise SystemExit(f"error: train.py failed (exit {rc}) in {out}; its output: {os.path.join(out, 'train.log')}")
+    else:
+        record()
     if resume or deadline is not None:  # the real model's checkpoints (1.6 GB each) are only for resuming
         for d in os.listdir(out):
             if d.startswith("checkpoint"):
                 shutil.rmtree(os.path.join(out, d), ignore_errors=True)
-    return earlier + time.time() - t0
+    return None if rc else earlier + time.time() - t0
 
 
 def load_run(out, upto=None) -> Run:
@@ -954,6 +956,11 @@ def why_ended(out) -> str:
     lines = [x.strip() for x in open(log, errors="replace") if x.strip()] if os.path.exists(log) else []
     errors = [x for x in lines if x.startswith("error:")]
     return errors[-1] if errors else (lines[-1] if lines else "no output")
+
+
+def ran_dry(out) -> bool:
+    """Whether a run ended as train.py ends when dynamic sampling (or the seamless rollout) runs out of rounds."""
+    return any(f": {who}: only " in why_ended(out) for who in ("dynamic sampling", "seamless rollout"))
 
 
 def last_eval_step(out) -> int:
@@ -1008,18 +1015,20 @@ def run_paper(paper, seeds, workers, root, smoke, task="math", scale=1, deadline
         dt = run_one(train_argv(e, v, s, out, smoke, scale, threads, checkpoints=deadline is None), out,
                      resume=real and deadline is None, deadline=deadline)
         print(f"[{paper}] {k + 1}/{n} {e.name[:40]} | {v} | seed {s}: "
-              f"{'stopped at the time limit' if dt is None else 'reused' if not dt else f'{dt:.0f}s'} "
+              f"{why_ended(out) if dt is None else 'reused' if not dt else f'{dt:.0f}s'} "
               f"({time.time() - t0:.0f}s elapsed)", flush=True)
         return dt
 
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(go, enumerate(jobs)))
     metas = [json.load(open(os.path.join(out, "run.json"))) for *_, out in jobs]
-    # some runs ended early (a time limit, or an error brought from another machine: --report-only): every run is
-    # compared at the last evaluated step all of them reached
-    early = [(v, s, why_ended(out)) for e, v, s, out in jobs if not os.path.exists(os.path.join(out, "summary.json"))]
-    upto = min(last_eval_step(out) for *_, out in jobs) if early else None
-    if upto == 0:
+    # some runs ended early (a time limit, dynamic sampling run dry, or an error brought from another machine:
+    # --report-only): an experiment with such a run reads all its runs up to the last evaluated step all of them reached
+    ended = {out: why_ended(out) for *_, out in jobs if not os.path.exists(os.path.join(out, "summary.json"))}
+    early = [(v, s, ended[out]) for e, v, s, out in jobs if out in ended]
+    upto = {e.name: min(last_eval_step(out) for e2, *_, out in jobs if e2 is e) for e in exps
+            if any(e2 is e and out in ended for e2, *_, out in jobs)}  # experiment -> the step its runs are read to
+    if 0 in upto.values():
         raise SystemExit(f"error: [{paper}] a run ended before its first evaluation after step 0 ("
                          f"{'; '.join(sorted({w for *_, w in early}))}): nothing to compare (a longer --stop-after, or "
                          "more --workers so that every run starts)")
@@ -1028,8 +1037,9 @@ def run_paper(paper, seeds, workers, root, smoke, task="math", scale=1, deadline
     wall = (sum(m["wall_s"] for m in metas) / workers, max(m.get("load_avg_1min", 0.0) for m in metas), workers, upto,
             " and ".join(sorted({m.get("machine", machine()) for m in metas})), early)
     for e in exps:
-        e.runs = {v: [load_run(out, upto) for e2, v2, _, out in jobs if e2 is e and v2 == v] for v in e.variants}
-        e.early = bool(early)
+        e.runs = {v: [load_run(out, upto.get(e.name)) for e2, v2, _, out in jobs if e2 is e and v2 == v]
+                  for v in e.variants}
+        e.early = e.name in upto
     return exps, wall
 
 
@@ -1092,11 +1102,13 @@ def report(paper, exps, seeds, wall, command, write_docs, task="math", scale=1, 
           f"Command: `{command}` (~{wall[0] / 60:.1f} min on {wall[4]}: the "
           f"runs' total time over {wall[2]} worker{'s' if wall[2] > 1 else ''}, load average up to {wall[1]:.1f} while they ran; seeds "
           f"{', '.join(map(str, seeds))}; runs in `{where}`).", ""]
-    if wall[3] is not None:
+    if wall[3]:
         whys = sorted({why for *_, why in wall[5]})
+        read = (f"The table reads every run up to step {next(iter(wall[3].values()))}" if len(exps) == 1 else
+                "The table of " + " and of ".join(f"'{name}' reads its runs up to step {k}" for name, k in wall[3].items()))
         md += [f"**Runs that ended early** ({len(wall[5])} of {sum(len(r) for e in exps for r in e.runs.values())}): "
                + "; ".join(f"{' / '.join(f'{v} seed {s}' for v, s, w in wall[5] if w == why)}: {why}" for why in whys)
-               + f". The table reads every run up to step {wall[3]}, the last evaluated step all of them reached; each "
+               + f". {read}, the last evaluated step all of them reached; each "
                "check compares its two variants at the last evaluated step both reached (the step it names).", ""]
     md += [f"![{name}](reproduce_{name}.png)", ""]
     verdicts = []

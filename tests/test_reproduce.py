@@ -297,3 +297,21 @@ def test_how_a_run_is_carried_out_does_not_make_it_another_run():
     assert reproduce.what(a) == reproduce.what(["--lr", "1e-5", "--seed", "0", "--threads", "1", "--save-every", "0"])
     assert reproduce.what(a) != reproduce.what(["--lr", "2e-5", "--threads", "2", "--seed", "0"])
     assert reproduce.what(["--save-every", "10", "--seed", "1"]) == ["--seed", "1"]
+
+
+def test_a_run_whose_dynamic_sampling_ran_dry_is_kept_as_it_ended(tmp_path):
+    """train.py ends a run whose dynamic sampling finds too few mixed groups in --max-gen-rounds rounds (one error
+    line): run_one keeps it as it ended (None: compared where it stopped, its checkpoints gone), reuses it rather than
+    resuming it into the same end, and fails on any other error."""
+    out = str(tmp_path / "dry")
+    argv = ["--dynamic-sampling", "--max-gen-rounds", "1", "--max-steps", "2", "--eval-every", "0", "--eval-problems",
+            "8", "--eval-samples", "0", "--save-every", "1", "--seed", "0", "--output-dir", out]
+    assert reproduce.run_one(argv, out, resume=True) is None
+    assert reproduce.why_ended(out).startswith("error: step 1: dynamic sampling: only ") and reproduce.ran_dry(out)
+    assert json.load(open(os.path.join(out, "run.json")))["failed"] == 2
+    assert not [d for d in os.listdir(out) if d.startswith("checkpoint")]
+    assert reproduce.run_one(argv, out, resume=True) == 0.0  # reused: not run again
+    bad = str(tmp_path / "bad")
+    with pytest.raises(SystemExit, match="^error: train.py failed \\(exit 2\\)"):
+        reproduce.run_one(argv[:-1] + [bad, "--max-steps", "x"], bad)
+    assert not reproduce.ran_dry(bad)
