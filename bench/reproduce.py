@@ -890,9 +890,9 @@ def run_one(argv, out, resume=False, deadline=None):
     unfinished run with the same arguments continues from its last checkpoint when `resume` (train.py --resume auto),
     else starts again from nothing. At `deadline` (time.time()) a run still going is stopped as Ctrl-C stops it, and
     a run that fails under a deadline is kept as it ended: both return None (the report compares them where they
-    stopped); without a deadline a failure is one error line, but for a run whose dynamic sampling ran dry (the
-    filter found too few mixed groups in --max-gen-rounds rounds: the model solves nearly every prompt drawn, an outcome
-    as verl's DAPO trainer raises it), kept as it ended and compared where it stopped."""
+    stopped); without a deadline a failure is one error line, except where dynamic sampling ran dry (the filter found
+    too few mixed groups in --max-gen-rounds rounds: the model solves nearly every prompt drawn, an end verl's DAPO
+    trainer also raises): that run is kept as it ended, returns None, and is reused, not resumed into the same end."""
     done, meta = os.path.join(out, "summary.json"), os.path.join(out, "run.json")
     same = os.path.exists(meta) and what(json.load(open(meta))["argv"]) == what(argv)
     if os.path.exists(done) and same or same and ran_dry(out):  # a run that ran dry would end there again
@@ -996,7 +996,8 @@ def task_root(root, task, scale=1):
 
 def run_paper(paper, seeds, workers, root, smoke, task="math", scale=1, deadline=None, train=True):
     """Every run of `paper` (seed by seed: a command cut short has whole seeds done); -> (experiments with their
-    runs, (minutes over the workers, the highest load, workers, the step a time limit stopped the comparison at))."""
+    runs, (minutes over the workers, the highest load, workers, {experiment: the step its runs are read to} where
+    some ended early, machine, the runs that ended early))."""
     exps = experiments(paper, task)
     real = task.startswith("smollm2")  # the real model: 2 threads a run on 2 cores, resumable runs kept as data
     root = task_root(root, task, scale)
