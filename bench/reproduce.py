@@ -895,7 +895,7 @@ def run_one(argv, out, resume=False, deadline=None):
     trainer also raises): that run is kept as it ended, returns None, and is reused, not resumed into the same end."""
     done, meta = os.path.join(out, "summary.json"), os.path.join(out, "run.json")
     same = os.path.exists(meta) and what(json.load(open(meta))["argv"]) == what(argv)
-    if os.path.exists(done) and same or same and ran_dry(out):  # a run that ran dry would end there again
+    if same and (os.path.exists(done) or ran_dry(out)):  # a run that ran dry would end there again
         return 0.0
     carry_on = resume and same  # else from nothing, and the earlier sittings' seconds do not count
     earlier = json.load(open(meta)).get("wall_s", 0.0) if carry_on else 0.0
