@@ -769,7 +769,7 @@ def async_experiments(task="math"):
 
 def offpolicy_losses_experiments(task="math"):
     """DAPO's token clip vs GSPO's sequence clip vs CISPO's weight cap, off-policy: mu = 16, then also one step stale
-    (on Countdown the synchronous experiment alone: both would pass the 30 minutes)."""
+    (on Countdown and SmolLM2 the synchronous experiment alone, for the time the stale one's runs would add)."""
     cd, sm = task == "countdown", task.startswith("smollm2")
     dapo_, gspo_, cispo_ = "DAPO token clip 0.2/0.28", "GSPO sequence clip 3e-4/4e-4", "CISPO weight cap 5"
     cispo_lr = f"CISPO weight cap 5, lr {'7.5e-5' if cd else '2.5e-5'}"
@@ -829,10 +829,12 @@ def offpolicy_losses_experiments(task="math"):
                 "dynamic sampling, overlong shaping or KL. With --rollout-lag 1 both generate from the fp32 policy "
                 "(the bf16 rollout copy is refused with a lag), the clip acts on pi_theta / pi_prox and each token is "
                 "weighted by min(pi_prox / pi_behav, 2).")
-        stale = base + ["--rollout-dtype", "auto", "--rollout-lag", "1"]
-        return [Experiment("Off-policy losses at mu = 16", claim, base, variants, check, table, plots, note=note),
-                Experiment("Off-policy losses at mu = 16, one step stale (--rollout-lag 1)", claim, stale, variants,
-                           check, table, plots, note=note)]
+        # declared before any of these runs: the math form's one-step-stale experiment is left out, as on Countdown. A run
+        # at mu 16 takes 20-23 min on 2 cores (the dapo form's), so its 6 runs would add ~2 h to this form's ~2 h, and
+        # the staleness itself is the async reproduction's experiment on this model.
+        note += (" The math form's one-step-stale experiment is left out: its 6 more runs would add ~2 h on 2 cores, and "
+                 "one step of staleness on this model is the async reproduction's experiment.")
+        return [Experiment("Off-policy losses at mu = 16", claim, base, variants, check, table, plots, note=note)]
     if cd:
         base = common(task) + base[len(COMMON):]
         note = ("mu = 16 as in the math form (2 passes over 8 mini-batches of 16 of the 128 responses); the first three "

@@ -119,6 +119,10 @@ def test_offpolicy_losses_check_by_hand():
     exps = reproduce.PAPERS["offpolicy-losses"]()
     assert [e.base.count("--rollout-lag") for e in exps] == [0, 1] and all(len(e.variants) == 4 for e in exps)
     assert [e.base.count("--rollout-lag") for e in reproduce.PAPERS["offpolicy-losses"]("countdown")] == [0]
+    sm = reproduce.PAPERS["offpolicy-losses"]("smollm2")  # the three losses, synchronous, at mu 16 of 8 x 8 responses
+    assert [e.base.count("--rollout-lag") for e in sm] == [0] and len(sm[0].variants) == 3
+    cfg = config.parse_config(reproduce.train_argv(sm[0], next(iter(sm[0].variants)), 0, "/tmp/x", False))
+    assert cfg.epochs * cfg.batch_size // cfg.mini_batch_size == 16
     cfg = config.parse_config(reproduce.train_argv(exps[1], next(iter(exps[1].variants)), 0, "/tmp/x", False))
     assert cfg.epochs * cfg.batch_size // cfg.mini_batch_size == 16 and cfg.rollout_lag == 1
     dapo_, gspo_, cispo_, cispo_lr = exps[0].variants
