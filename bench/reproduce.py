@@ -216,7 +216,8 @@ def verdict_of(parts) -> str:
 
 def line(what, res, fmt="{:.3g}"):
     m, w, n, a, b = res
-    return f"{what}: {fmt.format(a)} vs {fmt.format(b)} ({'yes' if m else 'no'} beyond the seeds' spread, {w}/{n} seeds)"
+    return (f"{what}: {fmt.format(a)} vs {fmt.format(b)} (beyond the seeds' spread: {'yes' if m else 'no'}; "
+            f"the claimed way in {w}/{n} seeds)")
 
 
 # ------------------------------------------------------------------------------------------------
