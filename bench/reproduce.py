@@ -827,9 +827,7 @@ def offpolicy_losses_experiments(task="math"):
         base = common(task) + ["--mini-batch-size", "8", "--epochs", "2", "--max-steps", "30"]
         note = (f"{ON_SMOLLM2[task]}, 8 prompts x 8, lr 1e-5 for all three. mu = 16: 2 passes over 8 mini-batches "
                 "of 8 of the 64 responses (one prompt's group each). The variants differ in the loss alone, with no "
-                "dynamic sampling, overlong shaping or KL. With --rollout-lag 1 both generate from the fp32 policy "
-                "(the bf16 rollout copy is refused with a lag), the clip acts on pi_theta / pi_prox and each token is "
-                "weighted by min(pi_prox / pi_behav, 2).")
+                "dynamic sampling, overlong shaping or KL.")
         # declared before any of these runs: the math form's one-step-stale experiment is left out, as on Countdown. A run
         # at mu 16 takes 20-23 min on 2 cores (the dapo form's), so its 6 runs would add ~2 h to this form's ~2 h, and
         # the staleness itself is the async reproduction's experiment on this model.
