@@ -828,9 +828,7 @@ def offpolicy_losses_experiments(task="math"):
         note = (f"{ON_SMOLLM2[task]}, 8 prompts x 8, lr 1e-5 for all three. mu = 16: 2 passes over 8 mini-batches "
                 "of 8 of the 64 responses (one prompt's group each). The variants differ in the loss alone, with no "
                 "dynamic sampling, overlong shaping or KL.")
-        # declared before any of these runs: the math form's one-step-stale experiment is left out, as on Countdown. A run
-        # at mu 16 takes 20-23 min on 2 cores (the dapo form's), so its 6 runs would add ~2 h to this form's ~2 h, and
-        # the staleness itself is the async reproduction's experiment on this model.
+        # the stale experiment left out (as on Countdown), declared before any of these runs; the note says why
         note += (" The math form's one-step-stale experiment is left out: its 6 more runs would add ~2 h on 2 cores, and "
                  "one step of staleness on this model is the async reproduction's experiment.")
         return [Experiment("Off-policy losses at mu = 16", claim, base, variants, check, table, plots, note=note)]
