@@ -510,7 +510,7 @@ def ringlite_experiments(task="math"):
         return verdict_of([tok, gn]), [line("tokens per update, sd / mean over steps: C3PO vs GRPO", tok),
                                       line("grad norm, sd / mean over steps: C3PO vs GRPO", gn)]
 
-    return [
+    exps = [
         Experiment(
             "Ring-lite Fig. 7: C3PO's constant token budget",
             "Ring-lite Sec. 3.2, Fig. 7: under GRPO the tokens per update and the gradient norm move with the response "
@@ -535,6 +535,48 @@ def ringlite_experiments(task="math"):
                 "7.3 nats/token and the responses from 16 to 30 tokens, away from the one-sentence answer (held-out "
                 "greedy 0.109 -> 0.031)." if sm else
                 "The budget 1024 is below the step's ~1.5-3K response tokens, so it binds on every step."))]
+    if task != "smollm2":
+        return exps
+    # A second form, declared after the first's runs and before its own: there the budget often took no group with
+    # mixed outcomes (no policy gradient), an on/off norm; Ring-lite trains with token-budgeted dynamic sampling (Sec.
+    # 3.2), so here both sides keep only mixed groups (DAPO's filter, the dapo recipe's factor 3).
+    ds = ["--dynamic-sampling", "--gen-batch-factor", "3"]
+    grpo_ds, c3po_ds = "GRPO + dynamic sampling", f"C3PO (budget {budget}) + dynamic sampling"
+
+    def dead(r):  # updates without a policy gradient: only the KL term's (grad norm < 0.02, the first form's reading)
+        return sum(m["perf/grad_norm"] < 0.02 for m in r.metrics)
+
+    def follows(r):  # GRPO's norm against its tokens per update: corr(grad norm, 1 / sqrt(tokens))
+        g, t = [m["perf/grad_norm"] for m in r.metrics], [x ** -0.5 for x in tokens(r)]
+        return statistics.correlation(g, t) if len(g) > 2 else float("nan")
+
+    def check_ds(exp, runs):
+        tok = compare(exp, c3po_ds, grpo_ds, lambda r: statistics.stdev(tokens(r)) / statistics.mean(tokens(r)),
+                      higher=False)
+        gn = compare(exp, c3po_ds, grpo_ds, cv("perf/grad_norm"), higher=False)
+        return verdict_of([tok, gn]), [
+            line("tokens per update, sd / mean over steps: C3PO vs GRPO, both with dynamic sampling", tok),
+            line("grad norm, sd / mean over steps: C3PO vs GRPO, both with dynamic sampling", gn),
+            line("mechanism: updates without a policy gradient (grad norm < 0.02): C3PO vs GRPO (lower = fewer)",
+                 compare(exp, c3po_ds, grpo_ds, dead, higher=False), fmt="{:.2g}"),
+            line("mechanism: corr(grad norm, 1 / sqrt(tokens per update)) over steps: GRPO vs C3PO (higher = the "
+                 "norm follows the token count)", compare(exp, grpo_ds, c3po_ds, follows))]
+
+    exps.append(Experiment(
+        "Ring-lite Fig. 7: C3PO with token-budgeted dynamic sampling",
+        exps[0].claim + " Ring-lite Sec. 3.2: C3PO with token-budgeted dynamic sampling.",
+        base + ds, {grpo_ds: [], c3po_ds: ["--algorithm", "c3po", "--token-budget", str(budget)]}, check_ds,
+        exps[0].table[:4] + [("updates without a gradient", dead), ("corr(norm, tokens^-1/2)", follows),
+                             ("responses used", over_run("c3po/responses_used")),
+                             ("groups kept / generated", over_run("rollout/groups_kept_frac")),
+                             ("held-out acc (last 2 evals)", held_out())],
+        exps[0].plots,
+        note=f"The first form's settings (KL 1e-3, mu 1, no entropy bonus, token-mean GRPO, budget {budget}) with "
+             "dynamic sampling in both (only groups with mixed outcomes kept, 3 x 8 prompts a generation round): in the "
+             "first form the budget took the first 4-5 of the 8 groups, and on 8-16 of C3PO's 30 steps none of them "
+             "had mixed outcomes, so the update had no policy gradient and the norm went on and off. This form was "
+             "declared after that form's runs and before its own."))
+    return exps
 
 
 def ringlite_stages_experiments():
