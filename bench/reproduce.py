@@ -538,17 +538,18 @@ def ringlite_experiments(task="math"):
     if task != "smollm2":
         return exps
     # A second form, declared after the first's runs and before its own: there the budget often took no group with
-    # mixed outcomes (no policy gradient), an on/off norm; Ring-lite trains with token-budgeted dynamic sampling (Sec.
-    # 3.2), so here both sides keep only mixed groups (DAPO's filter, the dapo recipe's factor 3).
+    # mixed outcomes (no policy gradient), an on/off norm. Ring-lite Sec. 3.2 trains with "token-budgeted dynamic
+    # sampling" and does not define its filter; here it is DAPO's (mixed groups only, the dapo recipe's factor 3), on
+    # both sides, so that every update of either has a policy gradient.
     ds = ["--dynamic-sampling", "--gen-batch-factor", "3"]
     grpo_ds, c3po_ds = "GRPO + dynamic sampling", f"C3PO (budget {budget}) + dynamic sampling"
 
     def dead(r):  # updates without a policy gradient: only the KL term's (grad norm < 0.02, the first form's reading)
         return sum(m["perf/grad_norm"] < 0.02 for m in r.metrics)
 
-    def follows(r):  # GRPO's norm against its tokens per update: corr(grad norm, 1 / sqrt(tokens))
+    def follows(r):  # the norm against the tokens per update: corr(grad norm, 1 / sqrt(tokens)); nan where constant
         g, t = [m["perf/grad_norm"] for m in r.metrics], [x ** -0.5 for x in tokens(r)]
-        return statistics.correlation(g, t) if len(g) > 2 else float("nan")
+        return statistics.correlation(g, t) if len(g) > 2 and len(set(t)) > 1 else float("nan")
 
     def check_ds(exp, runs):
         tok = compare(exp, c3po_ds, grpo_ds, lambda r: statistics.stdev(tokens(r)) / statistics.mean(tokens(r)),
@@ -557,10 +558,11 @@ def ringlite_experiments(task="math"):
         return verdict_of([tok, gn]), [
             line("tokens per update, sd / mean over steps: C3PO vs GRPO, both with dynamic sampling", tok),
             line("grad norm, sd / mean over steps: C3PO vs GRPO, both with dynamic sampling", gn),
-            line("mechanism: updates without a policy gradient (grad norm < 0.02): C3PO vs GRPO (lower = fewer)",
-                 compare(exp, c3po_ds, grpo_ds, dead, higher=False), fmt="{:.2g}"),
-            line("mechanism: corr(grad norm, 1 / sqrt(tokens per update)) over steps: GRPO vs C3PO (higher = the "
-                 "norm follows the token count)", compare(exp, grpo_ds, c3po_ds, follows))]
+            "mechanism: updates without a policy gradient (grad norm < 0.02), per seed: C3PO " + ", ".join(
+                f"{dead(r)}/{len(r.metrics)}" for r in runs[c3po_ds]) + "; GRPO " + ", ".join(
+                f"{dead(r)}/{len(r.metrics)}" for r in runs[grpo_ds]),
+            "mechanism: GRPO's grad norm against its tokens per update, corr(grad norm, 1 / sqrt(tokens)) over steps, "
+            "per seed: " + ", ".join(f"{follows(r):.2f}" for r in runs[grpo_ds])]
 
     exps.append(Experiment(
         "Ring-lite Fig. 7: C3PO with token-budgeted dynamic sampling",
