@@ -551,6 +551,9 @@ def ringlite_experiments(task="math"):
         g, t = [m["perf/grad_norm"] for m in r.metrics], [x ** -0.5 for x in tokens(r)]
         return statistics.correlation(g, t) if len(g) > 2 and len(set(t)) > 1 else float("nan")
 
+    def sharpens(r):  # the norm against the entropy (added after the first seed's runs, a reading, not the check)
+        return statistics.correlation([m["perf/grad_norm"] for m in r.metrics], [m["policy/entropy"] for m in r.metrics])
+
     def check_ds(exp, runs):
         tok = compare(exp, c3po_ds, grpo_ds, lambda r: statistics.stdev(tokens(r)) / statistics.mean(tokens(r)),
                       higher=False)
@@ -562,17 +565,20 @@ def ringlite_experiments(task="math"):
                 f"{dead(r)}/{len(r.metrics)}" for r in runs[c3po_ds]) + "; GRPO " + ", ".join(
                 f"{dead(r)}/{len(r.metrics)}" for r in runs[grpo_ds]),
             "mechanism: GRPO's grad norm against its tokens per update, corr(grad norm, 1 / sqrt(tokens)) over steps, "
-            "per seed: " + ", ".join(f"{follows(r):.2f}" for r in runs[grpo_ds])]
+            "per seed: " + ", ".join(f"{follows(r):.2f}" for r in runs[grpo_ds]),
+            "mechanism: the grad norm against the policy's sharpening, corr(grad norm, token entropy) over steps, per "
+            "seed: C3PO " + ", ".join(f"{sharpens(r):.2f}" for r in runs[c3po_ds]) + "; GRPO " + ", ".join(
+                f"{sharpens(r):.2f}" for r in runs[grpo_ds])]
 
     exps.append(Experiment(
         "Ring-lite Fig. 7: C3PO with token-budgeted dynamic sampling",
-        exps[0].claim + " Ring-lite Sec. 3.2: C3PO with token-budgeted dynamic sampling.",
+        exps[0].claim + " Sec. 3.2 trains C3PO with \"token-budgeted dynamic sampling\".",
         base + ds, {grpo_ds: [], c3po_ds: ["--algorithm", "c3po", "--token-budget", str(budget)]}, check_ds,
-        exps[0].table[:4] + [("updates without a gradient", dead), ("corr(norm, tokens^-1/2)", follows),
-                             ("responses used", over_run("c3po/responses_used")),
+        exps[0].table[:4] + [("corr(norm, tokens^-1/2)", follows), ("corr(norm, entropy)", sharpens),
+                             ("entropy", over_run("policy/entropy")), ("responses used", over_run("c3po/responses_used")),
                              ("groups kept / generated", over_run("rollout/groups_kept_frac")),
                              ("held-out acc (last 2 evals)", held_out())],
-        exps[0].plots,
+        exps[0].plots + [("token entropy", "policy/entropy")],
         note=f"The first form's settings (KL 1e-3, mu 1, no entropy bonus, token-mean GRPO, budget {budget}) with "
              "dynamic sampling in both (only groups with mixed outcomes kept, 3 x 8 prompts a generation round): in the "
              "first form the budget took the first 4-5 of the 8 groups, and on 8-16 of C3PO's 30 steps none of them "
