@@ -503,9 +503,11 @@ def ringlite_experiments(task="math"):
     def tokens(r):  # tokens in the loss per update: C3PO's selection, else every response token of the step
         return [m.get("c3po/tokens_used", m["rollout/response_length"] * n) for m in r.metrics]
 
+    def tokens_cv(r):  # tokens per update, sd / mean over steps
+        return statistics.stdev(tokens(r)) / statistics.mean(tokens(r))
+
     def check_a(exp, runs):
-        tok = compare(exp, c3po_, "GRPO", lambda r: statistics.stdev(tokens(r)) / statistics.mean(tokens(r)),
-                      higher=False)
+        tok = compare(exp, c3po_, "GRPO", tokens_cv, higher=False)
         gn = compare(exp, c3po_, "GRPO", cv("perf/grad_norm"), higher=False)
         return verdict_of([tok, gn]), [line("tokens per update, sd / mean over steps: C3PO vs GRPO", tok),
                                       line("grad norm, sd / mean over steps: C3PO vs GRPO", gn)]
@@ -517,7 +519,7 @@ def ringlite_experiments(task="math"):
             "length; C3PO's fixed token budget makes the tokens per update constant and the gradient norm steadier.",
             base, {"GRPO": [], c3po_: ["--algorithm", "c3po", "--token-budget", str(budget)]}, check_a,
             [("tokens/update mean", lambda r: statistics.mean(tokens(r))),
-             ("tokens/update sd/mean", lambda r: statistics.stdev(tokens(r)) / statistics.mean(tokens(r))),
+             ("tokens/update sd/mean", tokens_cv),
              ("grad norm mean", over_run("perf/grad_norm")), ("grad norm sd/mean", cv("perf/grad_norm")),
              ("response length", over_run("rollout/response_length")), ("greedy acc", final("eval/accuracy"))],
             [("tokens per update", tokens), ("grad norm", "perf/grad_norm"), ("response length", "rollout/response_length")]
@@ -555,8 +557,7 @@ def ringlite_experiments(task="math"):
         return statistics.correlation([m["perf/grad_norm"] for m in r.metrics], [m["policy/entropy"] for m in r.metrics])
 
     def check_ds(exp, runs):
-        tok = compare(exp, c3po_ds, grpo_ds, lambda r: statistics.stdev(tokens(r)) / statistics.mean(tokens(r)),
-                      higher=False)
+        tok = compare(exp, c3po_ds, grpo_ds, tokens_cv, higher=False)
         gn = compare(exp, c3po_ds, grpo_ds, cv("perf/grad_norm"), higher=False)
         return verdict_of([tok, gn]), [
             line("tokens per update, sd / mean over steps: C3PO vs GRPO, both with dynamic sampling", tok),
