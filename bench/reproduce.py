@@ -458,6 +458,8 @@ def skywork_experiments(task="math"):
              last("policy/entropy_estimate", 5)), ("|e - target|, 2nd half", dist),
              ("coef, last 5", last("policy/entropy_coef", 5)), ("greedy acc", final("eval/accuracy")),
              ("length", over_run("rollout/response_length"))]
+    if sm:  # a reading, not in the checks: how far above the target the entropy went once the bonus had lifted it
+        table.insert(4, ("peak, 2nd half", lambda r: max(m["policy/entropy"] for m in r.metrics[len(r.metrics) // 2:])))
     plots = [("token entropy", "policy/entropy"), ("entropy coefficient", "policy/entropy_coef"),
              ("train accuracy", "rollout/accuracy")]
     base = common(task) + (["--loss-agg", "token-mean", "--mini-batch-size", "32", "--max-steps", "30"] if sm else
