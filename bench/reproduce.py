@@ -480,13 +480,15 @@ def skywork_experiments(task="math"):
         "Skywork-OR1 Sec. 3.2 (Eq. 3.2, Figs. 9-10): the adaptive coefficient holds the entropy near its target, where "
         "without an entropy term it collapses past it.",
         base, fast_variants, check_fast, table, plots,
-        note=f"{ON_SMOLLM2[task]}, the first form's settings (target 0.5, cap 2e-1, N_SGD 2) with the controller's step "
-             "Delta 3e-2 instead of 1e-2: there the coefficient ramped for 11-12 steps once the controller's estimate "
-             "stayed below 0.5 (from steps 14-15) before it reached the 0.12-0.14 that lifted the entropy (steps "
-             "26-28), so most of the second half it is judged on was the ramp; at 3e-2 that takes 4-5 steps. The "
+        note=f"{ON_SMOLLM2[task]}, the first form's settings (target 0.5, cap 2e-1, N_SGD 2) with the "
+             "controller's step Delta 3e-2 instead of 1e-2: there the coefficient ramped for 11-12 steps once the "
+             "controller's estimate stayed below 0.5 (from steps 14-15) before it reached the 0.12-0.14 that lifted "
+             "the entropy (steps 26-28), so most of the second half it is judged on was the ramp; at 3e-2 that takes "
+             "4-5 steps. The "
              "no-entropy-term runs are the first form's (the same flags: copied, not run again); they ran on a CPU "
              "with AMX, the Delta 3e-2 runs on one without (their config.json lists the CPU's flags), where bf16 "
-             "rounds differently: the held-out greedy accuracy at step 0 is 0.109 there, 0.125 here.")] if task == "smollm2" else []
+             "rounds differently: the held-out greedy accuracy at step 0 is 0.109 there, 0.125 here.")
+    ] if task == "smollm2" else []
 
     return [Experiment(
         "Skywork-OR1: adaptive entropy control",
@@ -1112,7 +1114,8 @@ def run_paper(paper, seeds, workers, root, smoke, task="math", scale=1, deadline
     # the command's cost: the runs' total seconds over the workers (a run reused from an interrupted command counts
     # what it took then; one copied from another experiment, run.json's copied_from, counts there), and the busiest
     # the machine was when a run ended
-    wall = (sum(m["wall_s"] for m in metas if "copied_from" not in m) / workers, max(m.get("load_avg_1min", 0.0) for m in metas), workers, upto,
+    wall = (sum(m["wall_s"] for m in metas if "copied_from" not in m) / workers,
+            max(m.get("load_avg_1min", 0.0) for m in metas), workers, upto,
             " and ".join(sorted({m.get("machine", machine()) for m in metas})), early)
     for e in exps:
         e.runs = {v: [load_run(out, upto.get(e.name)) for e2, v2, _, out in jobs if e2 is e and v2 == v]
