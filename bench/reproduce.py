@@ -113,6 +113,7 @@ class Experiment:
     table: list  # [(column title, function(run) -> float)]: per-variant mean +- sd over seeds
     plots: list  # [(title, metric key or function(run) -> (steps, values))]
     note: str = ""  # what the scale of this reproduction changes
+    shared: dict = field(default_factory=dict)  # variant -> the experiment whose runs of it (the same flags) it reads
     runs: dict = field(default_factory=dict)  # variant -> [Run per seed], filled by `run`
     early: bool = False  # some runs ended before their last step: checks compare pairs at pair_step
 
@@ -480,14 +481,14 @@ def skywork_experiments(task="math"):
         "Skywork-OR1 Sec. 3.2 (Eq. 3.2, Figs. 9-10): the adaptive coefficient holds the entropy near its target, where "
         "without an entropy term it collapses past it.",
         base, fast_variants, check_fast, table, plots,
+        shared={"no entropy term": "Skywork-OR1: adaptive entropy control"},  # the same flags: read, not run again
         note=f"{ON_SMOLLM2[task]}, the first form's settings (target 0.5, cap 2e-1, N_SGD 2) with the "
              "controller's step Delta 3e-2 instead of 1e-2: there the coefficient ramped for 11-12 steps once the "
              "controller's estimate stayed below 0.5 (from steps 14-15) before it reached the 0.12-0.14 that lifted "
              "the entropy (steps 26-28), so most of the second half it is judged on was the ramp; at 3e-2 that takes "
-             "4-5 steps. The "
-             "no-entropy-term runs are the first form's (the same flags: copied, not run again); they ran on a CPU "
-             "with AMX, the Delta 3e-2 runs on one without (their config.json lists the CPU's flags), where bf16 "
-             "rounds differently: the held-out greedy accuracy at step 0 is 0.109 there, 0.125 here.")
+             "4-5 steps. The no-entropy-term runs are the first form's (the same flags: read, not run again); they "
+             "ran on a CPU with AMX, the Delta 3e-2 runs on one without (their config.json lists the CPU's flags), "
+             "where bf16 rounds differently: the held-out greedy accuracy at step 0 is 0.109 there, 0.125 here.")
     ] if task == "smollm2" else []
 
     return [Experiment(
@@ -1079,14 +1080,21 @@ def run_paper(paper, seeds, workers, root, smoke, task="math", scale=1, deadline
     exps = experiments(paper, task)
     real = task.startswith("smollm2")  # the real model: 2 threads a run on 2 cores, resumable runs kept as data
     root = task_root(root, task, scale)
-    jobs = [(e, v, s, os.path.join(root, paper, slug(e.name)[:40], slug(v), f"seed{s}"))
+    jobs = [(e, v, s, os.path.join(root, paper, slug(e.shared.get(v, e.name))[:40], slug(v), f"seed{s}"))
             for s in seeds for e in exps for v in e.variants]
     t0, n = time.time(), len(jobs)
     threads = max(1, min(2, (os.cpu_count() or 1) // workers)) if real else None
+    first = {}  # run directory -> the job that runs it (a shared variant's other jobs read it)
+    for k, (e, v, s, out) in enumerate(jobs):
+        runs_it = jobs[first.setdefault(out, k)]
+        if what(train_argv(e, v, s, out, smoke, scale)) != what(train_argv(*runs_it, smoke, scale)):
+            raise SystemExit(f"error: [{paper}] {e.name} shares '{v}' with {e.shared[v]}, but its flags differ")
     print(f"[{paper}] {n} runs ({len(exps)} experiment(s), {len(seeds)} seed(s)), {workers} at a time", flush=True)
 
     def go(k_job):
         k, (e, v, s, out) = k_job
+        if first[out] != k:
+            return 0.0
         if not train:  # --report-only: the runs as they are (brought from the machine that ran them)
             if not os.path.exists(os.path.join(out, "run.json")):
                 raise SystemExit(f"error: --report-only: {out} holds no run")
@@ -1100,11 +1108,11 @@ def run_paper(paper, seeds, workers, root, smoke, task="math", scale=1, deadline
 
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(go, enumerate(jobs)))
-    metas = [json.load(open(os.path.join(out, "run.json"))) for *_, out in jobs]
+    metas = [json.load(open(os.path.join(out, "run.json"))) for out in first]
     # some runs ended early (a time limit, dynamic sampling run dry, or an error brought from another machine:
     # --report-only): an experiment with such a run reads all its runs up to the last evaluated step all of them reached
     ended = {out: why_ended(out) for *_, out in jobs if not os.path.exists(os.path.join(out, "summary.json"))}
-    early = [(v, s, ended[out]) for e, v, s, out in jobs if out in ended]
+    early = [(v, s, ended[out]) for k, (e, v, s, out) in enumerate(jobs) if out in ended and first[out] == k]
     upto = {e.name: min(last_eval_step(out) for e2, *_, out in jobs if e2 is e) for e in exps
             if any(e2 is e and out in ended for e2, *_, out in jobs)}  # experiment -> the step its runs are read to
     if 0 in upto.values():
@@ -1112,10 +1120,8 @@ def run_paper(paper, seeds, workers, root, smoke, task="math", scale=1, deadline
                          f"{'; '.join(sorted({w for *_, w in early}))}): nothing to compare (a longer --stop-after, or "
                          "more --workers so that every run starts)")
     # the command's cost: the runs' total seconds over the workers (a run reused from an interrupted command counts
-    # what it took then; one copied from another experiment, run.json's copied_from, counts there), and the busiest
-    # the machine was when a run ended
-    wall = (sum(m["wall_s"] for m in metas if "copied_from" not in m) / workers,
-            max(m.get("load_avg_1min", 0.0) for m in metas), workers, upto,
+    # what it took then), and the busiest the machine was when a run ended
+    wall = (sum(m["wall_s"] for m in metas) / workers, max(m.get("load_avg_1min", 0.0) for m in metas), workers, upto,
             " and ".join(sorted({m.get("machine", machine()) for m in metas})), early)
     for e in exps:
         e.runs = {v: [load_run(out, upto.get(e.name)) for e2, v2, _, out in jobs if e2 is e and v2 == v]

@@ -294,6 +294,24 @@ def test_committed_smollm2_reports_are_what_the_code_computes_from_the_committed
         assert "python train.py " + reproduce.shell(e.base) in text and e.note in text
 
 
+def test_a_shared_variant_is_one_run_and_must_have_its_flags(monkeypatch, tmp_path):
+    """A variant an experiment shares with another (Experiment.shared) is one directory, read by both, its cost counted
+    once; shared under other flags it is an error, before anything runs (else one would overwrite the other's run)."""
+    def exp(name, lr, shared=None):
+        return reproduce.Experiment(name, "c", ["--lr", lr], {"a": []}, None, [], [], shared=shared or {})
+    out = tmp_path / "p" / "one" / "a" / "seed0"
+    out.mkdir(parents=True)
+    for f, x in (("run.json", {"argv": [], "wall_s": 60.0}), ("summary.json", {}), ("metrics.jsonl", None),
+                 ("evals.jsonl", None)):
+        (out / f).write_text(json.dumps(x) if x is not None else "")
+    monkeypatch.setitem(reproduce.PAPERS, "p", lambda: [exp("one", "1e-5"), exp("two", "1e-5", {"a": "one"})])
+    exps, wall = reproduce.run_paper("p", [0], 1, str(tmp_path), False, train=False)
+    assert [r.dir for e in exps for r in e.runs["a"]] == [str(out)] * 2 and wall[0] == 60.0
+    monkeypatch.setitem(reproduce.PAPERS, "p", lambda: [exp("one", "1e-5"), exp("two", "3e-5", {"a": "one"})])
+    with pytest.raises(SystemExit, match="shares 'a' with one, but its flags differ"):
+        reproduce.run_paper("p", [0], 1, str(tmp_path), False, train=False)
+
+
 def test_how_a_run_is_carried_out_does_not_make_it_another_run():
     """--threads and --save-every change how a run is carried out, not what it computes: a resumed command with another
     --workers (so another --threads) or under --stop-after (--save-every 0) keeps the runs it finds."""
