@@ -33,9 +33,21 @@ VARIANTS = {
     "bf16-mixed 2 threads lora 32": ["--dtype", "bf16-mixed", "--threads", "2", "--lora-rank", "32"],
     "+ eager attention, bf16 rollout copy, inverse-cdf draw": FAST,
     "+ eager attention, bf16 rollout copy, inverse-cdf draw, lora 32": [*FAST, "--lora-rank", "32"],
+    # the same without bf16: on a CPU without AMX (avx512_bf16 alone) bf16 matmuls are slower than fp32 ones
+    "fp32 2 threads, eager attention, inverse-cdf draw": ["--threads", "2", "--attn-implementation", "eager", "--draw",
+                                                          "inverse-cdf"],
     "bf16-mixed 2 threads eager, vllm bf16": VLLM,
     "bf16-mixed 2 threads eager, vllm bf16, lora 32": [*VLLM, "--lora-rank", "32"],
 }
+
+
+def cpu_flags() -> str:
+    """The CPU's bf16 support, which decides whether bf16 autocast pays: 'amx' (AMX tiles), 'avx512_bf16' or 'none'."""
+    try:
+        flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return "amx" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else "none"
 
 
 def one(flags: list[str], steps: int, out: str) -> dict:
@@ -59,6 +71,7 @@ def main():
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--out", default="", help="also append each result as a JSON line to this file")
     a = ap.parse_args()
+    print(f"CPU bf16 support: {cpu_flags()}")
     print("| variant | generation s | update s | step s | response tokens | truncated | load |")
     print("|---|---|---|---|---|---|---|")
     for name in a.variants:
@@ -71,7 +84,7 @@ def main():
                   f"{r['truncated']:.2f} | {r['load']} |", flush=True)
         if a.out:
             with open(a.out, "a") as f:
-                f.write(json.dumps({"variant": name, "flags": VARIANTS[name], **r}) + "\n")
+                f.write(json.dumps({"variant": name, "flags": VARIANTS[name], "cpu_bf16": cpu_flags(), **r}) + "\n")
 
 
 if __name__ == "__main__":
