@@ -466,53 +466,44 @@ def skywork_experiments(task="math"):
     base = common(task) + (["--loss-agg", "token-mean", "--mini-batch-size", "32", "--max-steps", "30"] if sm else
                            ["--loss-agg", "token-mean", "--mini-batch-size", "64", "--max-steps", "30", "--eval-every",
                             "0", "--eval-samples", "0"])
-    # SmolLM2, a second form: a controller fast enough for 30 steps (declared before its runs; the note says why)
-    fast = f"adaptive, target {target}, delta 3e-2"
-    fast_variants = {"no entropy term": [], fast: ["--adaptive-entropy", "--entropy-target", str(target),
-                                                   "--entropy-delta", "3e-2", "--entropy-max", "2e-1"]}
+    def against_no_term(name, variant, flags, what, note):
+        """A later SmolLM2 form, declared before its runs: one adaptive variant against the first form's no-term runs
+        (the same flags: read, not run again)."""
+        def check(exp, runs):
+            p = compare(exp, variant, "no entropy term", dist, higher=False)
+            return verdict_of([p]), [line(f"|entropy - target| over the second half: adaptive ({what}) vs no entropy "
+                                          "term (lower = held)", p)]
+        return Experiment(name, "Skywork-OR1 Sec. 3.2 (Eq. 3.2, Figs. 9-10): the adaptive coefficient holds the "
+                          "entropy near its target, where without an entropy term it collapses past it.",
+                          base, {"no entropy term": [], variant: flags}, check, table, plots,
+                          shared={"no entropy term": "Skywork-OR1: adaptive entropy control"}, note=note)
 
-    def check_fast(exp, runs):
-        p = compare(exp, fast, "no entropy term", dist, higher=False)
-        return verdict_of([p]), [line("|entropy - target| over the second half: adaptive (delta 3e-2) vs no entropy "
-                                      "term (lower = held)", p)]
-
-    second = [Experiment(
-        "Skywork-OR1: adaptive entropy control, a faster controller",
-        "Skywork-OR1 Sec. 3.2 (Eq. 3.2, Figs. 9-10): the adaptive coefficient holds the entropy near its target, where "
-        "without an entropy term it collapses past it.",
-        base, fast_variants, check_fast, table, plots,
-        shared={"no entropy term": "Skywork-OR1: adaptive entropy control"},  # the same flags: read, not run again
-        note=f"{ON_SMOLLM2[task]}, the first form's settings (target 0.5, cap 2e-1, N_SGD 2) with the "
-             "controller's step Delta 3e-2 instead of 1e-2: there the coefficient ramped for 11-12 steps once the "
-             "controller's estimate stayed below 0.5 (from steps 14-15) before it reached the 0.12-0.14 that lifted "
-             "the entropy (steps 26-28), so most of the second half it is judged on was the ramp; at 3e-2 that takes "
-             "4-5 steps. The no-entropy-term runs are the first form's (the same flags: read, not run again); they "
-             "ran on a CPU with AMX, the Delta 3e-2 runs on one without (their config.json lists the CPU's flags), "
-             "where bf16 rounds differently: the held-out greedy accuracy at step 0 is 0.109 there, 0.125 here.")
-    ] if task == "smollm2" else []
-    # SmolLM2, a third form: Eq. 3.2's timing, the switch read from this step's rollout (declared before its runs)
-    paper = f"adaptive, target {target}, delta 3e-2, paper timing"
-    paper_variants = {"no entropy term": [], paper: fast_variants[fast] + ["--entropy-timing", "paper"]}
-
-    def check_paper(exp, runs):
-        p = compare(exp, paper, "no entropy term", dist, higher=False)
-        return verdict_of([p]), [line("|entropy - target| over the second half: adaptive (delta 3e-2, the paper's "
-                                      "timing) vs no entropy term (lower = held)", p)]
-
-    third = [Experiment(
-        "Skywork-OR1: adaptive entropy control, the paper's timing",
-        "Skywork-OR1 Sec. 3.2 (Eq. 3.2, Figs. 9-10): the adaptive coefficient holds the entropy near its target, where "
-        "without an entropy term it collapses past it.",
-        base, paper_variants, check_paper, table, plots,
-        shared={"no entropy term": "Skywork-OR1: adaptive entropy control"},
-        note=f"{ON_SMOLLM2[task]}, the second form's settings (target 0.5, Delta 3e-2, cap 2e-1, N_SGD 2) "
-             "with Eq. 3.2's timing (--entropy-timing paper: alpha_k = c_k * 1{e_k <= target}, e_k from this "
-             "step's rollout under pi_old, one extra forward pass) instead of the released code's (e_{k-1}, the "
-             "previous rollout's). Why: in the second form the lag kept the full bonus 0.2 on for the step after "
-             "the entropy had crossed the target (seed 0 step 22: entropy 0.63 while the estimate read 0.42; seed 1 "
-             "step 26: 0.89 against 0.47), right before it rose to 1.03 / 1.37. The no-entropy-term runs are the "
-             "first form's (read, not run again; a CPU with AMX, these runs one without: the held-out greedy "
-             "accuracy at step 0 is 0.109 there, 0.125 here).")
+    fast = ["--adaptive-entropy", "--entropy-target", str(target), "--entropy-delta", "3e-2", "--entropy-max", "2e-1"]
+    later = [
+        # a controller fast enough for 30 steps
+        against_no_term(
+            "Skywork-OR1: adaptive entropy control, a faster controller", f"adaptive, target {target}, delta 3e-2",
+            fast, "delta 3e-2",
+            f"{ON_SMOLLM2[task]}, the first form's settings (target 0.5, cap 2e-1, N_SGD 2) with the "
+            "controller's step Delta 3e-2 instead of 1e-2: there the coefficient ramped for 11-12 steps once the "
+            "controller's estimate stayed below 0.5 (from steps 14-15) before it reached the 0.12-0.14 that lifted "
+            "the entropy (steps 26-28), so most of the second half it is judged on was the ramp; at 3e-2 that takes "
+            "4-5 steps. The no-entropy-term runs are the first form's (the same flags: read, not run again); they "
+            "ran on a CPU with AMX, the Delta 3e-2 runs on one without (their config.json lists the CPU's flags), "
+            "where bf16 rounds differently: the held-out greedy accuracy at step 0 is 0.109 there, 0.125 here."),
+        # Eq. 3.2's timing: the switch read from this step's rollout
+        against_no_term(
+            "Skywork-OR1: adaptive entropy control, the paper's timing",
+            f"adaptive, target {target}, delta 3e-2, paper timing", fast + ["--entropy-timing", "paper"],
+            "delta 3e-2, the paper's timing",
+            f"{ON_SMOLLM2[task]}, the second form's settings (target 0.5, Delta 3e-2, cap 2e-1, N_SGD 2) "
+            "with Eq. 3.2's timing (--entropy-timing paper: alpha_k = c_k * 1{e_k <= target}, e_k from this "
+            "step's rollout under pi_old, one extra forward pass) instead of the released code's (e_{k-1}, the "
+            "previous rollout's). Why: in the second form the lag kept the full bonus 0.2 on for the step after "
+            "the entropy had crossed the target (seed 0 step 22: entropy 0.63 while the estimate read 0.42; seed 1 "
+            "step 26: 0.89 against 0.47), right before it rose to 1.03 / 1.37. The no-entropy-term runs are the "
+            "first form's (read, not run again; a CPU with AMX, these runs one without: the held-out greedy "
+            "accuracy at step 0 is 0.109 there, 0.125 here)."),
     ] if task == "smollm2" else []
 
     return [Experiment(
@@ -540,7 +531,7 @@ def skywork_experiments(task="math"):
              "not slow the collapse at all on this model, and 30 steps need a faster controller than Skywork's "
              "Delta = 1e-4 (code) / 5e-3 (paper) with cap 5e-3 over thousands of steps." + (
                  f" {ON_COUNTDOWN}; its entropy starts at 0.13, below the target, so the controller's bonus pushes it "
-                 "up from the first steps." if task == "countdown" else ""))] + second + third
+                 "up from the first steps." if task == "countdown" else ""))] + later
 
 
 def ringlite_experiments(task="math"):
