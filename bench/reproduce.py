@@ -855,7 +855,9 @@ def async_experiments(task="math"):
         note=(f"{ON_SMOLLM2[task]}, 8 prompts x 8, lr 1e-5, plain GRPO; K 1 weights each token by min(pi_prox / "
               "pi_behav, 2). Both generate from the fp32 policy (the bf16 rollout copy is refused with --rollout-lag). "
               "One run at a time with 2 threads: the producer thread shares them, so the wall times say nothing about "
-              "the overlap.") if sm else
+              "the overlap. Seeds 0 and 1 ran on a CPU with AMX, seed 2 (both variants) on one without (each run's "
+              "config.json lists the CPU's flags), where bf16 autocast rounds differently: the held-out greedy "
+              "accuracy at step 0 is 0.109 there, 0.125 here.") if sm else
              "GRPO defaults at 128 responses per step; K 1 weights each token by min(pi_prox / pi_behav, 2). The speed "
              "of K 1 is bench/async_rollout.py's (docs/speed.md): here two runs share the two cores, so a producer "
              "thread has no core of its own and the wall times say nothing about the overlap." + (
