@@ -488,9 +488,7 @@ def skywork_experiments(task="math"):
             "controller's step Delta 3e-2 instead of 1e-2: there the coefficient ramped for 11-12 steps once the "
             "controller's estimate stayed below 0.5 (from steps 14-15) before it reached the 0.12-0.14 that lifted "
             "the entropy (steps 26-28), so most of the second half it is judged on was the ramp; at 3e-2 that takes "
-            "4-5 steps. The no-entropy-term runs are the first form's (the same flags: read, not run again); they "
-            "ran on a CPU with AMX, the Delta 3e-2 runs on one without (their config.json lists the CPU's flags), "
-            "where bf16 rounds differently: the held-out greedy accuracy at step 0 is 0.109 there, 0.125 here."),
+            "4-5 steps. The no-entropy-term runs are the first form's (the same flags: read, not run again)."),
         # Eq. 3.2's timing: the switch read from this step's rollout
         against_no_term(
             "Skywork-OR1: adaptive entropy control, the paper's timing",
@@ -502,8 +500,7 @@ def skywork_experiments(task="math"):
             "previous rollout's). Why: in the second form the lag kept the full bonus 0.2 on for the step after "
             "the entropy had crossed the target (seed 0 step 22: entropy 0.63 while the estimate read 0.42; seed 1 "
             "step 26: 0.89 against 0.47), right before it rose to 1.03 / 1.37. The no-entropy-term runs are the "
-            "first form's (read, not run again; a CPU with AMX, these runs one without: the held-out greedy "
-            "accuracy at step 0 is 0.109 there, 0.125 here)."),
+            "first form's (read, not run again)."),
     ] if task == "smollm2" else []
 
     return [Experiment(
@@ -855,9 +852,7 @@ def async_experiments(task="math"):
         note=(f"{ON_SMOLLM2[task]}, 8 prompts x 8, lr 1e-5, plain GRPO; K 1 weights each token by min(pi_prox / "
               "pi_behav, 2). Both generate from the fp32 policy (the bf16 rollout copy is refused with --rollout-lag). "
               "One run at a time with 2 threads: the producer thread shares them, so the wall times say nothing about "
-              "the overlap. Seeds 0 and 1 ran on a CPU with AMX, seed 2 (both variants) on one without (each run's "
-              "config.json lists the CPU's flags), where bf16 autocast rounds differently: the held-out greedy "
-              "accuracy at step 0 is 0.109 there, 0.125 here.") if sm else
+              "the overlap.") if sm else
              "GRPO defaults at 128 responses per step; K 1 weights each token by min(pi_prox / pi_behav, 2). The speed "
              "of K 1 is bench/async_rollout.py's (docs/speed.md): here two runs share the two cores, so a producer "
              "thread has no core of its own and the wall times say nothing about the overlap." + (
@@ -1198,6 +1193,48 @@ def machine() -> str:
         f"a {os.cpu_count()}-core CPU"
 
 
+def kind_of(m: dict) -> str:
+    """A run's machine (config.json "machine", runs.machine()) as far as its numbers depend on it: the GPU, else the
+    CPU's bf16 instructions (AMX tiles, avx512_bf16, none: bf16 matmuls round differently on each) and torch's kernels."""
+    if m.get("gpu"):
+        return m["gpu"]
+    isa = m.get("isa", [])
+    bf16 = "AMX" if "amx_bf16" in isa else "avx512_bf16 without AMX" if "avx512_bf16" in isa else "no bf16 instructions"
+    return f"a CPU with {bf16} ({m.get('kernels', '?')} kernels)"
+
+
+def machines_line(e) -> str:
+    """'' when an experiment's runs all ran on one kind of machine; else which seeds ran on which, and the held-out
+    greedy accuracy at step 0 on each (the same weights and prompts: what the machine alone changes)."""
+    where, acc0 = {}, {}  # machine kind -> {seed: [variants run there]}; kind -> the step-0 accuracies there
+    for v, runs in e.runs.items():
+        for r in runs:
+            path = os.path.join(r.dir, "config.json")
+            if not os.path.exists(path):
+                continue
+            cfg = json.load(open(path))
+            k = kind_of(cfg.get("machine", {}))
+            where.setdefault(k, {}).setdefault(cfg["seed"], []).append(v)
+            if r.evals and r.evals[0]["step"] == 0:
+                acc0.setdefault(k, set()).add(round(r.evals[0]["eval/accuracy"], 3))
+    if len(where) < 2:
+        return ""
+
+    def who(seeds):  # "seeds 0, 1" where all of a seed's variants ran there, else "'variant' seeds ..."
+        ss = lambda xs: f"seed{'s' if len(xs) > 1 else ''} {', '.join(map(str, xs))}"  # noqa: E731
+        whole, part = [], {}
+        for s, vs in sorted(seeds.items()):
+            if len(vs) == len(e.runs):
+                whole.append(s)
+            for v in vs if len(vs) < len(e.runs) else ():
+                part.setdefault(v, []).append(s)
+        return ", ".join(([ss(whole)] if whole else []) + [f"'{v}' {ss(xs)}" for v, xs in part.items()])
+
+    return ("Machines (each run's config.json `machine`; after each, the held-out greedy accuracy at step 0 there, the "
+            "same weights and prompts): " + "; ".join(f"{who(seeds)} on {k}: " + " / ".join(
+                f"{a:.3g}" for a in sorted(acc0.get(k, ()))) for k, seeds in where.items()) + ".")
+
+
 def report(paper, exps, seeds, wall, command, write_docs, task="math", scale=1, where=None):
     name = report_name(paper, task, scale)
     on = {"math": "", "countdown": " on Countdown", "smollm2": " on SmolLM2-135M-Instruct",
@@ -1231,6 +1268,8 @@ def report(paper, exps, seeds, wall, command, write_docs, task="math", scale=1, 
                            else f"{v}: `{' '.join(flags)[:110]}...`" for v, flags in e.variants.items()) + ".", ""]
         if e.note:
             md += [e.note, ""]
+        if machines_line(e):
+            md += [machines_line(e), ""]
     text = "\n".join(md)
     print(text)
     if write_docs:

@@ -91,6 +91,30 @@ def test_compare_and_verdict_by_hand():
     assert reproduce.compare(e, "c", "b", never, higher=False)[:3] == (False, 0, 3)  # b never: no difference, no crash
 
 
+def test_a_report_says_which_runs_ran_on_which_machine_where_they_span_more_than_one(tmp_path):
+    amx = {"isa": ["avx512f", "avx512_bf16", "amx_bf16"], "kernels": "AVX512", "gpu": None}
+    no_amx = {**amx, "isa": ["avx512f", "avx512_bf16"]}
+
+    def ran(variant, seed, m, acc0):
+        d = tmp_path / f"{variant}{seed}"
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({"seed": seed, "machine": m}))
+        return reproduce.Run(str(d), [], [{"step": 0, "eval/accuracy": acc0}, {"step": 10, "eval/accuracy": 0.5}], {})
+
+    e = reproduce.Experiment("e", "", [], {"a": [], "b": []}, None, [], [])
+    e.runs = {"a": [ran("a", 0, amx, 0.109375), ran("a", 1, amx, 0.109375)],
+              "b": [ran("b", 0, amx, 0.109375), ran("b", 1, amx, 0.109375)]}
+    assert reproduce.machines_line(e) == ""  # one machine: nothing to say
+    e.runs["a"].append(ran("a", 2, no_amx, 0.125))
+    e.runs["b"].append(ran("b", 2, no_amx, 0.125))
+    assert reproduce.machines_line(e).endswith(
+        "seeds 0, 1 on a CPU with AMX (AVX512 kernels): 0.109; "
+        "seed 2 on a CPU with avx512_bf16 without AMX (AVX512 kernels): 0.125.")
+    e.runs = {"a": e.runs["a"][:2], "b": [ran("b", 3, {**amx, "gpu": "NVIDIA H200"}, 0.2), e.runs["b"][1]]}
+    assert reproduce.machines_line(e).endswith(  # a seed whose variants ran apart is named by variant
+        "seed 1, 'a' seed 0 on a CPU with AMX (AVX512 kernels): 0.109; 'b' seed 3 on NVIDIA H200: 0.2.")
+
+
 def test_one_paper_end_to_end_at_two_steps(tmp_path):
     """compass --smoke: both variants run 2 steps through train.py, the report and its check are computed, nothing
     goes to docs/; a second call reuses the finished runs."""
@@ -292,6 +316,7 @@ def test_committed_smollm2_reports_are_what_the_code_computes_from_the_committed
         verdict, lines = e.check(e, e.runs)
         assert f"**Verdict: {verdict}.**" in text and all(f"- {x}" in text for x in lines), (paper, task, lines)
         assert "python train.py " + reproduce.shell(e.base) in text and e.note in text
+        assert reproduce.machines_line(e) in text  # which seeds ran on which machine, where they span more than one
 
 
 def test_a_shared_variant_is_one_run_and_must_have_its_flags(monkeypatch, tmp_path):
