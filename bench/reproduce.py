@@ -1268,8 +1268,9 @@ def report(paper, exps, seeds, wall, command, write_docs, task="math", scale=1, 
                            else f"{v}: `{' '.join(flags)[:110]}...`" for v, flags in e.variants.items()) + ".", ""]
         if e.note:
             md += [e.note, ""]
-        if machines_line(e):
-            md += [machines_line(e), ""]
+        where_ran = machines_line(e)
+        if where_ran:
+            md += [where_ran, ""]
     text = "\n".join(md)
     print(text)
     if write_docs:
