@@ -87,6 +87,12 @@ def machine() -> dict:
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
 
 
+def bf16_support(isa) -> str:
+    """The CPU's bf16 instructions from machine()'s "isa": 'amx' (AMX tiles), 'avx512_bf16' or 'none'. bf16 matmuls
+    round differently on each, and pay only with AMX (without it fp32 is faster: docs/smollm2.md)."""
+    return "amx" if "amx_bf16" in isa else "avx512_bf16" if "avx512_bf16" in isa else "none"
+
+
 LOG_EVERY = 30.0  # seconds between two lines of a progress bar in a log file
 
 

@@ -1196,11 +1196,12 @@ def machine() -> str:
 def kind_of(m: dict) -> str:
     """A run's machine (config.json "machine", runs.machine()) as far as its numbers depend on it: the GPU, else the
     CPU's bf16 instructions (AMX tiles, avx512_bf16, none: bf16 matmuls round differently on each) and torch's kernels."""
+    from runs import bf16_support
+
     if m.get("gpu"):
         return m["gpu"]
-    isa = m.get("isa", [])
-    bf16 = "AMX" if "amx_bf16" in isa else "avx512_bf16 without AMX" if "avx512_bf16" in isa else "no bf16 instructions"
-    return f"a CPU with {bf16} ({m.get('kernels', '?')} kernels)"
+    bf16 = {"amx": "AMX", "avx512_bf16": "avx512_bf16 without AMX", "none": "no bf16 instructions"}
+    return f"a CPU with {bf16[bf16_support(m.get('isa', []))]} ({m.get('kernels', '?')} kernels)"
 
 
 def machines_line(e) -> str:

@@ -42,12 +42,11 @@ VARIANTS = {
 
 
 def cpu_flags() -> str:
-    """The CPU's bf16 support, which decides whether bf16 autocast pays: 'amx' (AMX tiles), 'avx512_bf16' or 'none'."""
-    try:
-        flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
-    except OSError:
-        flags = []
-    return "amx" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else "none"
+    """The CPU's bf16 support, which decides whether bf16 autocast pays: 'amx', 'avx512_bf16' or 'none'."""
+    sys.path.insert(0, ROOT)
+    from runs import bf16_support, machine
+
+    return bf16_support(machine()["isa"])
 
 
 def one(flags: list[str], steps: int, out: str) -> dict:
