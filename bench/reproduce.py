@@ -1236,6 +1236,15 @@ def machines_line(e) -> str:
                 f"{a:.3g}" for a in sorted(acc0.get(k, ()))) for k, seeds in where.items()) + ".")
 
 
+def fewer_seeds(seeds, wall):
+    """Where a command ran fewer than the default 3 seeds, what a third would have cost: this command's minutes per
+    seed (its runs' total over the workers, as the header's figure)."""
+    if len(seeds) >= 3:
+        return ""
+    per = wall[0] / 60 / len(seeds)
+    return f" ({len(seeds)}, not 3, for the cost: a seed's runs take ~{per:.0f} min here, 3 seeds ~{3 * per:.0f})"
+
+
 def report(paper, exps, seeds, wall, command, write_docs, task="math", scale=1, where=None):
     name = report_name(paper, task, scale)
     on = {"math": "", "countdown": " on Countdown", "smollm2": " on SmolLM2-135M-Instruct",
@@ -1243,7 +1252,7 @@ def report(paper, exps, seeds, wall, command, write_docs, task="math", scale=1, 
     md = [f"# Reproduction: {paper}{on}" + (f", {scale}x the steps" if scale != 1 else ""), "",
           f"Command: `{command}` (~{wall[0] / 60:.1f} min on {wall[4]}: the "
           f"runs' total time over {wall[2]} worker{'s' if wall[2] > 1 else ''}, load average up to {wall[1]:.1f} while they ran; seeds "
-          f"{', '.join(map(str, seeds))}; runs in `{where}`).", ""]
+          f"{', '.join(map(str, seeds))}{fewer_seeds(seeds, wall)}; runs in `{where}`).", ""]
     if wall[3]:
         whys = sorted({why for *_, why in wall[5]})
         read = (f"The table reads every run up to step {next(iter(wall[3].values()))}" if len(exps) == 1 else

@@ -5,6 +5,7 @@ Run:  python -m pytest -q tests/test_reproduce.py
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -310,13 +311,20 @@ def test_committed_smollm2_reports_are_what_the_code_computes_from_the_committed
     """Every committed SmolLM2 report (docs/reproduce_PAPER_smollm2*.md) holds the verdict and check lines that
     bench/reproduce.py computes now from the runs committed beside it (docs/smollm2_runs/), and its settings."""
     text = open(os.path.join(reproduce.ROOT, "docs", f"reproduce_{reproduce.report_name(paper, task, scale)}.md")).read()
-    seeds = [int(s) for s in text.split("; seeds ")[1].split(";")[0].split(", ")]
+    seeds = [int(s) for s in re.search(r"; seeds ((?:\d+, )*\d+)", text).group(1).split(", ")]
     exps, _ = reproduce.run_paper(paper, seeds, 1, None, False, task, scale, train=False)
     for e in exps:
         verdict, lines = e.check(e, e.runs)
         assert f"**Verdict: {verdict}.**" in text and all(f"- {x}" in text for x in lines), (paper, task, lines)
         assert "python train.py " + reproduce.shell(e.base) in text and e.note in text
         assert reproduce.machines_line(e) in text  # which seeds ran on which machine, where they span more than one
+
+
+def test_a_report_with_fewer_than_3_seeds_says_what_a_seed_costs():
+    """The default is 3 seeds; a report of fewer says why: this command's minutes per seed, and so what 3 would take."""
+    wall = (2 * 50 * 60.0, 2.0, 1, {}, "a CPU", [])  # two seeds' runs, 100 min in all over 1 worker
+    assert reproduce.fewer_seeds([0, 1], wall) == " (2, not 3, for the cost: a seed's runs take ~50 min here, 3 seeds ~150)"
+    assert reproduce.fewer_seeds([0, 1, 2], wall) == ""
 
 
 def test_a_shared_variant_is_one_run_and_must_have_its_flags(monkeypatch, tmp_path):
