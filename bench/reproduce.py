@@ -1237,8 +1237,8 @@ def machines_line(e) -> str:
 
 
 def fewer_seeds(seeds, wall):
-    """Where a command ran fewer than the default 3 seeds, what a third would have cost: this command's minutes per
-    seed (its runs' total over the workers, as the header's figure)."""
+    """Where a command ran fewer than the default 3 seeds, why: its minutes per seed (the header's figure, the runs'
+    total over the workers, over the seeds) and what 3 would take."""
     if len(seeds) >= 3:
         return ""
     per = wall[0] / 60 / len(seeds)
