@@ -875,6 +875,13 @@ def offpolicy_losses_experiments(task="math"):
                            "--lr", "7.5e-5" if cd else "2.5e-5"]}
     clipped = lambda r: over_run("policy/clip_frac_low")(r) + over_run("policy/clip_frac_high")(r)  # noqa: E731
 
+    def updating(r: Run):  # steps with a group of mixed outcomes: the only ones with a gradient
+        return [m for m in r.metrics if m["rollout/frac_zero_std"] < 1]
+
+    def clipped_updating(r: Run):
+        ms = updating(r)
+        return statistics.mean(m["policy/clip_frac_low"] + m["policy/clip_frac_high"] for m in ms) if ms else float("nan")
+
     def spikes(r: Run):  # steps whose grad norm exceeds 3x the run's median
         g = [m["perf/grad_norm"] for m in r.metrics if "perf/grad_norm" in m]
         return float(sum(x > 3 * statistics.median(g) for x in g)) if g else float("nan")
@@ -889,7 +896,11 @@ def offpolicy_losses_experiments(task="math"):
             line("final greedy accuracy, GSPO vs DAPO (GSPO Sec. 5)", gspo_acc),
             line("share of tokens clipped, GSPO vs DAPO (GSPO Sec. 5.2: about 100x more)", more, "{:.3g}"),
             line("grad-norm spikes (> 3x the run's median), GSPO vs DAPO (fewer = steadier; not in the verdict)", steadier[0]),
-            line("grad-norm spikes, CISPO vs DAPO (not in the verdict)", steadier[1])] + ([] if cispo_lr not in runs else [
+            line("grad-norm spikes, CISPO vs DAPO (not in the verdict)", steadier[1])] + ([] if not sm else [
+            # added after seed 2's GSPO run had a gradient on 1 step of 30 (every other step's groups had one outcome,
+            # its ratios stayed 1, nothing was clipped): the share over the steps that moved the policy
+            line("share of tokens clipped over the steps with a gradient, GSPO vs DAPO (not in the verdict)",
+                 compare(exp, gspo_, dapo_, clipped_updating), "{:.3g}")]) + ([] if cispo_lr not in runs else [
             line(f"final greedy accuracy, CISPO at the cispo recipe's lr {cispo_lr.split()[-1]} vs DAPO at "
                  f"{'3e-4' if cd else '1e-4'} (not in the verdict)", compare(exp, cispo_lr, dapo_, acc))])
 
@@ -916,6 +927,7 @@ def offpolicy_losses_experiments(task="math"):
             "first three).")
     if sm:  # the three losses at the real model's lr; the cispo recipe's lower lr is not a variant here
         del variants[cispo_lr]
+        table.insert(1, ("steps with a gradient", lambda r: float(len(updating(r)))))
         base = common(task) + ["--mini-batch-size", "8", "--epochs", "2", "--max-steps", "30"]
         note = (f"{ON_SMOLLM2[task]}, 8 prompts x 8, lr 1e-5 for all three. mu = 16: 2 passes over 8 mini-batches "
                 "of 8 of the 64 responses (one prompt's group each). The variants differ in the loss alone, with no "
