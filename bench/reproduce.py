@@ -897,8 +897,8 @@ def offpolicy_losses_experiments(task="math"):
             line("share of tokens clipped, GSPO vs DAPO (GSPO Sec. 5.2: about 100x more)", more, "{:.3g}"),
             line("grad-norm spikes (> 3x the run's median), GSPO vs DAPO (fewer = steadier; not in the verdict)", steadier[0]),
             line("grad-norm spikes, CISPO vs DAPO (not in the verdict)", steadier[1])] + ([] if not sm else [
-            # added after seed 2's GSPO run had a gradient on 1 step of 30 (every other step's groups had one outcome,
-            # its ratios stayed 1, nothing was clipped): the share over the steps that moved the policy
+            # added after seed 2's GSPO run had a gradient on 1 step of 30 (every other step's groups had one outcome:
+            # advantages 0, so no clip binds): the share over the steps with a gradient
             line("share of tokens clipped over the steps with a gradient, GSPO vs DAPO (not in the verdict)",
                  compare(exp, gspo_, dapo_, clipped_updating), "{:.3g}")]) + ([] if cispo_lr not in runs else [
             line(f"final greedy accuracy, CISPO at the cispo recipe's lr {cispo_lr.split()[-1]} vs DAPO at "

@@ -170,6 +170,22 @@ def test_offpolicy_losses_check_by_hand():
     e.runs[gspo_] = runs([0.40, 0.41, 0.42], 0.3)
     assert e.check(e, e.runs)[0] == "partly"
 
+    # SmolLM2: a step whose groups all have one outcome has advantages 0, so no clip binds; the report adds the
+    # clipped share over the steps with a gradient (not in the verdict) and counts those steps
+    s = sm[0]
+    def steps(*zc):  # (share of one-outcome groups, share clipped high) per step, the same in 3 seeds
+        return [run([{"rollout/frac_zero_std": z, "policy/clip_frac_low": 0.0, "policy/clip_frac_high": c,
+                      "policy/entropy": 0.1, "perf/grad_norm": 1.0} for z, c in zc], {"after": {"eval/accuracy": 0.5}})
+                for _ in range(3)]
+    s.runs = {dapo_: steps((0.5, 0.05), (0.5, 0.05), (1.0, 0.0)), gspo_: steps((0.5, 0.3), (1.0, 0.0), (1.0, 0.0)),
+              cispo_: steps((0.5, 0.0), (0.5, 0.0), (0.5, 0.0))}
+    verdict, lines = s.check(s, s.runs)
+    assert lines[2].startswith("share of tokens clipped, GSPO vs DAPO") and ": 0.1 vs 0.0333 (" in lines[2]
+    assert lines[-1] == ("share of tokens clipped over the steps with a gradient, GSPO vs DAPO (not in the verdict): "
+                         "0.3 vs 0.05 (beyond the seeds' spread: yes; the claimed way in 3/3 seeds)")
+    count = dict(s.table)["steps with a gradient"]
+    assert [count(s.runs[v][0]) for v in (dapo_, gspo_, cispo_)] == [2.0, 1.0, 3.0]
+
 
 def test_readme_verdict_table_is_the_reports():
     """The README's table of verdicts, math, Countdown and SmolLM2 side by side, says what each committed report
