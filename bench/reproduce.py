@@ -878,9 +878,12 @@ def offpolicy_losses_experiments(task="math"):
     def updating(r: Run):  # steps with a group of mixed outcomes: the only ones with a gradient
         return [m for m in r.metrics if m["rollout/frac_zero_std"] < 1]
 
+    def clip_share(m):  # one step's share of tokens clipped, either side
+        return m["policy/clip_frac_low"] + m["policy/clip_frac_high"]
+
     def clipped_updating(r: Run):
         ms = updating(r)
-        return statistics.mean(m["policy/clip_frac_low"] + m["policy/clip_frac_high"] for m in ms) if ms else float("nan")
+        return statistics.mean(map(clip_share, ms)) if ms else float("nan")
 
     def spikes(r: Run):  # steps whose grad norm exceeds 3x the run's median
         g = [m["perf/grad_norm"] for m in r.metrics if "perf/grad_norm" in m]
@@ -913,8 +916,7 @@ def offpolicy_losses_experiments(task="math"):
              ("capped tokens (CISPO)", over_run("policy/capped_frac_high")), ("grad-norm spikes", spikes),
              ("grad norm, max", lambda r: max(m["perf/grad_norm"] for m in r.metrics))]
     plots = [("held-out greedy accuracy", "eval:eval/accuracy"), ("token entropy", "policy/entropy"),
-             ("clipped share of tokens", lambda r: ([m["step"] for m in r.metrics],
-                                                    [m["policy/clip_frac_low"] + m["policy/clip_frac_high"] for m in r.metrics])),
+             ("clipped share of tokens", lambda r: ([m["step"] for m in r.metrics], [clip_share(m) for m in r.metrics])),
              ("grad norm", "perf/grad_norm")]
     base = COMMON + ["--mini-batch-size", "16", "--epochs", "2", "--max-steps", "30", "--eval-every", "5", "--eval-samples", "0"]
     note = ("mu = 16: 2 passes over 8 mini-batches of 16 of the 128 responses (DAPO's and the cispo recipe's 16 updates "
