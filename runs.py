@@ -93,6 +93,16 @@ def bf16_support(isa) -> str:
     return "amx" if "amx_bf16" in isa else "avx512_bf16" if "avx512_bf16" in isa else "none"
 
 
+def bf16_warning(what: str) -> str:
+    """'' unless this process runs on a CPU with no bf16 instructions (no GPU, neither AVX-512 bf16 nor AMX, e.g.
+    AVX2): there torch's bf16 matmuls have no hardware path, and `what` (bf16 flags) costs many times float32."""
+    m = machine()
+    if m["gpu"] or bf16_support(m["isa"]) != "none":
+        return ""
+    return (f"warning: {what} on a CPU with no bf16 instructions ({m['kernels']} kernels): bf16 matmuls run without "
+            "hardware support there, a SmolLM2 step took 20x its float32 time on one (docs/smollm2.md)")
+
+
 LOG_EVERY = 30.0  # seconds between two lines of a progress bar in a log file
 
 

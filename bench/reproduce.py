@@ -1349,6 +1349,11 @@ def main(argv=None):
     if a.smoke and a.out is None:  # a smoke run is no data: never in docs/smollm2_runs/
         a.out = os.path.join(ROOT, "runs", "reproduce")
     deadline = None if a.stop_after is None else time.time() + 60 * a.stop_after
+    from runs import bf16_warning
+
+    if a.task.startswith("smollm2") and not a.report_only and (warning := bf16_warning("--task smollm2's bf16 flags")):
+        print(f"{warning}; a run of 30 steps takes hours here, not docs/reproductions.md's minutes", file=sys.stderr,
+              flush=True)
     out = {}
     for paper in papers:
         exps, wall = run_paper(paper, seeds, workers, a.out, a.smoke, a.task, a.scale, deadline, not a.report_only)

@@ -62,6 +62,28 @@ def test_a_task_a_paper_has_no_form_for_is_one_error():
             reproduce.main([paper, "--task", "smollm2", "--smoke"])
 
 
+def test_smollm2_runs_on_a_cpu_without_bf16_instructions_are_announced(monkeypatch, capsys):
+    """--task smollm2's runs are bf16: on a CPU with no bf16 instructions (AVX2) the command says first, in one warning
+    line, that they take hours there; with avx512_bf16, or only re-rendering a report (--report-only), nothing."""
+    import runs
+
+    here = runs.machine()
+
+    def stop(*a, **k):
+        raise SystemExit("stopped before any run")
+
+    monkeypatch.setattr(reproduce, "run_paper", stop)
+    for isa, argv, said in ((["avx2"], [], True), (["avx2", "avx512f", "avx512_bf16"], [], False),
+                            (["avx2"], ["--report-only"], False)):
+        monkeypatch.setattr(runs, "machine", lambda: {**here, "isa": isa, "gpu": None})
+        capsys.readouterr()
+        with pytest.raises(SystemExit, match="stopped before any run"):
+            reproduce.main(["dapo", "--task", "smollm2", *argv])
+        err = capsys.readouterr().err
+        assert err.count("\n") == int(said) and ("no bf16 instructions" in err) == said, (isa, argv, err)
+        assert not said or ("takes hours here" in err and err.startswith("warning: --task smollm2's bf16 flags"))
+
+
 def test_bad_input_is_one_line_and_exit_2():
     for argv in (["mimo-code", "--task", "smollm2"], ["dapo", "--seeds", "0,x"]):
         p = subprocess.run([sys.executable, os.path.join(reproduce.ROOT, "bench", "reproduce.py"), *argv],

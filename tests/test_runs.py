@@ -277,3 +277,39 @@ def test_resume_auto_before_the_first_checkpoint_of_a_named_model(tmp_path):
     out = runs.resumed(settings, given, {"model": "fixed", "recipe": "fixed", "max_steps": "free", "output_dir": "free"},
                        lambda: [])
     assert (out["model"], out["overwrite"], out["resume"]) == (smollm2.NAME, True, "")
+
+
+AVX2_DRIVER = """
+import sys
+import runs
+here = runs.machine()
+runs.machine = lambda: {**here, "isa": ["avx2"], "gpu": None}  # an AVX2 CPU, whatever this one is
+import tools.cli, train
+sys.exit(tools.cli.cli(train.main, sys.argv[1:]))
+"""
+
+
+def test_bf16_on_a_cpu_without_bf16_instructions_says_what_it_costs(tiny_model_path, tmp_path, monkeypatch, capsys):
+    """A CPU with neither avx512_bf16 nor AMX (an AVX2 one) has no hardware path for bf16 matmuls: a run under bf16
+    flags there says so in one warning line (a fresh process: Accelerate's precision is process-wide); with either
+    instruction set, on a GPU, or under float32, nothing."""
+    import runs
+
+    here = runs.machine()
+    avx512 = ["avx2", "avx512f", "avx512_bf16"]
+    for isa, gpu, said in ((["avx2"], None, True), (avx512, None, False), (avx512 + ["amx_bf16"], None, False),
+                           (["avx2"], "NVIDIA H200", False)):
+        monkeypatch.setattr(runs, "machine", lambda: {**here, "isa": isa, "gpu": gpu})
+        assert bool(runs.bf16_warning("--dtype bf16-mixed")) == said, (isa, gpu)
+    r = subprocess.run([sys.executable, "-c", AVX2_DRIVER, "--model", tiny_model_path, "--output-dir",
+                        str(tmp_path / "a"), *SMALL, "--max-steps", "1", "--dtype", "bf16-mixed", "--rollout-dtype",
+                        "bfloat16"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    warned = [line for line in r.stderr.splitlines() if "no bf16 instructions" in line]
+    assert r.returncode == 0 and len(warned) == 1, r.stderr[-3000:]
+    assert warned[0].startswith("warning: --dtype bf16-mixed --rollout-dtype bfloat16 on a CPU with no bf16 "
+                                "instructions") and "docs/smollm2.md" in warned[0]
+    monkeypatch.setattr(runs, "machine", lambda: {**here, "isa": ["avx2"], "gpu": None})  # the same CPU, float32
+    code, err = cli(["--model", tiny_model_path, "--output-dir", str(tmp_path / "b"), *SMALL, "--max-steps", "1"],
+                    capsys)
+    assert code == 0 and "bf16" not in err, err
