@@ -1005,10 +1005,11 @@ def run_one(argv, out, resume=False, deadline=None):
     carry_on = resume and same  # else from nothing, and the earlier sittings' seconds do not count
     earlier = json.load(open(meta)).get("wall_s", 0.0) if carry_on else 0.0
 
-    def record(**kw):
-        with open(meta, "w") as f:  # how long it took, how busy the machine was when it ended, where it ran
+    def record(**kw):  # how long it took, how busy the machine was when it ended, where it ran
+        with open(meta + ".tmp", "w") as f:
             json.dump({"argv": argv, "wall_s": earlier + time.time() - t0, "load_avg_1min": os.getloadavg()[0],
                        "machine": machine(), **kw}, f)
+        os.replace(meta + ".tmp", meta)  # whole or not at all: a sitting killed mid-write leaves the last record
 
     if not carry_on:
         shutil.rmtree(out, ignore_errors=True)
@@ -1020,7 +1021,14 @@ def run_one(argv, out, resume=False, deadline=None):
                              + (["--resume", "auto"] if carry_on else []), cwd=ROOT, stdout=log,
                              stderr=subprocess.STDOUT, env={**os.environ, "TQDM_DISABLE": "1"})
         try:
-            rc = p.wait(timeout=None if deadline is None else max(1.0, deadline - time.time()))
+            while True:  # recorded each minute, so a sitting that is killed or Ctrl-C'd still counts when resumed
+                try:
+                    rc = p.wait(timeout=60 if deadline is None else min(60, max(1.0, deadline - time.time())))
+                    break
+                except subprocess.TimeoutExpired:
+                    record()
+                    if deadline is not None and time.time() >= deadline:
+                        raise
         except subprocess.TimeoutExpired:
             p.send_signal(signal.SIGINT)
             p.wait()

@@ -392,6 +392,48 @@ def test_how_a_run_is_carried_out_does_not_make_it_another_run():
     assert reproduce.what(["--save-every", "10", "--seed", "1"]) == ["--seed", "1"]
 
 
+def test_a_killed_sitting_still_counts_in_the_resumed_runs_time(tmp_path, monkeypatch):
+    """run_one records run.json each minute while train.py runs: a sitting killed after two and a half minutes (the
+    machine gone, no chance to write at the end) leaves 120 s, and the sitting that resumes and finishes adds its own
+    30 s to them. train.py and the clock are stand-ins; run_one's loop and run.json are the real ones."""
+    clock = [1000.0]
+    monkeypatch.setattr(reproduce, "time", type("Clock", (), {"time": staticmethod(lambda: clock[0])}))
+    out = str(tmp_path / "run")
+    argv = ["--max-steps", "30", "--seed", "2", "--output-dir", out]
+
+    class Gone(Exception):
+        pass
+
+    class Killed:  # the first sitting: runs on until the third minute, when the machine goes away
+        def __init__(self, *a, **kw):
+            self.waits = 0
+
+        def wait(self, timeout=None):
+            self.waits += 1
+            clock[0] += timeout if self.waits < 3 else timeout / 2
+            if self.waits == 3:
+                raise Gone
+            raise subprocess.TimeoutExpired("train.py", timeout)
+
+    class Finishes:  # the second: resumed (--resume auto), done in 30 s
+        def __init__(self, cmd, **kw):
+            assert cmd[-2:] == ["--resume", "auto"]
+
+        def wait(self, timeout=None):
+            clock[0] += 30
+            open(os.path.join(out, "summary.json"), "w").write("{}")
+            return 0
+
+    monkeypatch.setattr(reproduce.subprocess, "Popen", Killed)
+    with pytest.raises(Gone):
+        reproduce.run_one(argv, out, resume=True)
+    assert json.load(open(os.path.join(out, "run.json")))["wall_s"] == 120
+    monkeypatch.setattr(reproduce.subprocess, "Popen", Finishes)
+    assert reproduce.run_one(argv, out, resume=True) == 150
+    assert json.load(open(os.path.join(out, "run.json")))["wall_s"] == 150
+    assert not os.path.exists(os.path.join(out, "run.json.tmp"))
+
+
 def test_a_run_whose_dynamic_sampling_ran_dry_is_kept_as_it_ended(tmp_path):
     """train.py ends a run whose dynamic sampling finds too few mixed groups in --max-gen-rounds rounds (one error
     line): run_one keeps it as it ended (None: compared where it stopped, its checkpoints gone), reuses it rather than
