@@ -1217,13 +1217,16 @@ def machine() -> str:
 
 def kind_of(m: dict) -> str:
     """A run's machine (config.json "machine", runs.machine()) as far as its numbers depend on it: the GPU, else the
-    CPU's bf16 instructions (AMX tiles, avx512_bf16, none: bf16 matmuls round differently on each) and torch's kernels."""
+    CPU (its make: an Intel and an AMD CPU, the same instructions, gave 0.125 and 0.109 at dapo's step 0), its
+    bf16 instructions (AMX tiles, avx512_bf16, none: bf16 matmuls round differently on each) and torch's kernels."""
     from runs import bf16_support
 
     if m.get("gpu"):
         return m["gpu"]
+    cpu = m.get("cpu") or "CPU"
     bf16 = {"amx": "AMX", "avx512_bf16": "avx512_bf16 without AMX", "none": "no bf16 instructions"}
-    return f"a CPU with {bf16[bf16_support(m.get('isa', []))]} ({m.get('kernels', '?')} kernels)"
+    return (f"{'an' if cpu[0] in 'AEIOU' else 'a'} {cpu} with {bf16[bf16_support(m.get('isa', []))]} "
+            f"({m.get('kernels', '?')} kernels)")
 
 
 def machines_line(e) -> str:

@@ -115,11 +115,13 @@ def test_compare_and_verdict_by_hand():
 
 
 def test_a_report_says_which_runs_ran_on_which_machine_where_they_span_more_than_one(tmp_path):
-    amx = {"isa": ["avx512f", "avx512_bf16", "amx_bf16"], "kernels": "AVX512", "gpu": None}
+    amx = {"cpu": "Intel(R) Xeon(R) Processor", "isa": ["avx512f", "avx512_bf16", "amx_bf16"], "kernels": "AVX512",
+           "gpu": None}
     no_amx = {**amx, "isa": ["avx512f", "avx512_bf16"]}
+    amd = {**no_amx, "cpu": "AMD EPYC"}  # the same instructions as no_amx: the make alone tells them apart
 
     def ran(variant, seed, m, acc0):
-        d = tmp_path / f"{variant}{seed}"
+        d = tmp_path / f"{variant}{seed}{m.get('cpu')}"
         d.mkdir()
         (d / "config.json").write_text(json.dumps({"seed": seed, "machine": m}))
         return reproduce.Run(str(d), [], [{"step": 0, "eval/accuracy": acc0}, {"step": 10, "eval/accuracy": 0.5}], {})
@@ -131,11 +133,18 @@ def test_a_report_says_which_runs_ran_on_which_machine_where_they_span_more_than
     e.runs["a"].append(ran("a", 2, no_amx, 0.125))
     e.runs["b"].append(ran("b", 2, no_amx, 0.125))
     assert reproduce.machines_line(e).endswith(
-        "seeds 0, 1 on a CPU with AMX (AVX512 kernels): 0.109; "
-        "seed 2 on a CPU with avx512_bf16 without AMX (AVX512 kernels): 0.125.")
+        "seeds 0, 1 on an Intel(R) Xeon(R) Processor with AMX (AVX512 kernels): 0.109; "
+        "seed 2 on an Intel(R) Xeon(R) Processor with avx512_bf16 without AMX (AVX512 kernels): 0.125.")
+    e.runs["b"][2] = ran("b", 2, amd, 0.109375)
+    assert reproduce.machines_line(e).endswith(
+        "seeds 0, 1 on an Intel(R) Xeon(R) Processor with AMX (AVX512 kernels): 0.109; "
+        "'a' seed 2 on an Intel(R) Xeon(R) Processor with avx512_bf16 without AMX (AVX512 kernels): 0.125; "
+        "'b' seed 2 on an AMD EPYC with avx512_bf16 without AMX (AVX512 kernels): 0.109.")
     e.runs = {"a": e.runs["a"][:2], "b": [ran("b", 3, {**amx, "gpu": "NVIDIA H200"}, 0.2), e.runs["b"][1]]}
     assert reproduce.machines_line(e).endswith(  # a seed whose variants ran apart is named by variant
-        "seed 1, 'a' seed 0 on a CPU with AMX (AVX512 kernels): 0.109; 'b' seed 3 on NVIDIA H200: 0.2.")
+        "seed 1, 'a' seed 0 on an Intel(R) Xeon(R) Processor with AMX (AVX512 kernels): 0.109; "
+        "'b' seed 3 on NVIDIA H200: 0.2.")
+    assert reproduce.kind_of({"isa": ["avx2"], "kernels": "AVX2"}) == "a CPU with no bf16 instructions (AVX2 kernels)"
 
 
 def test_one_paper_end_to_end_at_two_steps(tmp_path):
