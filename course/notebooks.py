@@ -11,8 +11,9 @@ tests/test_course.py runs every notebook and fails when what it prints differs f
 rates, the temporary runs directory, object addresses); a figure by its presence only (a PNG's bytes depend on the
 matplotlib release); a cell tagged `outputs-vary` (thread timing, the sandbox's isolation on this machine) by the
 presence of its outputs only. Where the committed outputs were made on a CPU whose float kernels differ from this
-one's (`machine()`: torch's release and CPU capability, AVX2 vs AVX512), a training run can go its own way after a
-few steps (docs/runs.md, "What repeats"), so there the numbers are masked too and only the words are compared.
+one's (`machine()`: torch's release, CPU capability, AVX2 vs AVX512, and the CPU's make, Intel vs AMD), a training run
+can go its own way after a few steps (docs/runs.md, "What repeats"), so there the numbers are masked too and only the
+words are compared.
 """
 from __future__ import annotations
 
@@ -39,10 +40,16 @@ from tools.cli import cli, need_module  # noqa: E402
 
 
 def machine() -> str:
-    """What decides a run's last float bits here: torch's CPU kernels (docs/runs.md, "What repeats")."""
+    """What decides a run's last float bits here: torch's CPU kernels (docs/runs.md, "What repeats") and the CPU's
+    make: with the same instructions an AMD CPU runs other float kernels than an Intel one (notebook 03's Countdown
+    run ends at avg@4 0.195 on an AMD EPYC, 0.240 on Intel CPUs with AVX512 kernels)."""
     import torch
 
-    return f"torch {torch.__version__.split('+')[0]}, {torch.backends.cpu.get_cpu_capability()} kernels"
+    from runs import machine as this
+
+    cpu = this()["cpu"]
+    make = next((m for m in ("Intel", "AMD") if m in cpu), cpu or "unknown")
+    return f"torch {torch.__version__.split('+')[0]}, {torch.backends.cpu.get_cpu_capability()} kernels, {make} CPU"
 
 
 class CellFailed(RuntimeError):
