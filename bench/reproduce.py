@@ -66,6 +66,9 @@ ON_COUNTDOWN = "Countdown level 1, the shipped cold start, its defaults (128 tok
 # the step made cheap (eager attention, the fast engine's bf16 copy and inverse-CDF draw: docs/smollm2.md); 64 held-out
 # problems, greedy every 10 steps. --task smollm2-easy: two one-digit terms (the README run's task; 24 held-out
 # problems, of the 26 its held-out side has), which the model learns in ~20 steps (docs/reproduce_dapo_smollm2-easy_x10.md).
+# --task smollm2-short: --task smollm2 at 16 new tokens, where 45 % of the first responses are cut (bench/smollm2_base.py:
+# 27 % at 32, 37 % at 24; in-format accuracy 0.031 and 12 % of groups mixed at each), about Countdown's 40-56 %; a
+# response in the format is 8-9 tokens ("The final answer is 57."), one that works the sum first ~19.
 # Runs are kept as data in docs/smollm2_runs/ (checkpoints aside), so an unfinished reproduction resumes where it stopped.
 SMOLLM2_SPEC = "rg:chain_sum?min_terms=2&max_terms=2&max_digits={digits}&format=final-answer"
 SMOLLM2 = ["--model", "smollm2-135m-instruct", "--batch-size", "64", "--group-size", "8", "--max-new-tokens", "32",
@@ -84,9 +87,13 @@ SMOLLM2_LEVELS = "rg:chain_sum?levels=0,1&format=final-answer"
 ON_LEVELS = ("SmolLM2-135M-Instruct on reasoning-gym's chain_sum levels 1-2 (its curriculum's levels 0 and 1: two "
              "one-digit terms; two or three terms of one or two digits) at 32 new tokens")
 SMOLLM2_RUNS = os.path.join(ROOT, "docs", "smollm2_runs", "reproduce")
-TASKS = ("math", "countdown", "smollm2", "smollm2-easy")
+TASKS = ("math", "countdown", "smollm2", "smollm2-easy", "smollm2-short")
 ON_SMOLLM2 = {"smollm2": "SmolLM2-135M-Instruct, chain_sum (two two-digit terms) at 32 new tokens",
-              "smollm2-easy": "SmolLM2-135M-Instruct, chain_sum (two one-digit terms) at 32 new tokens"}
+              "smollm2-easy": "SmolLM2-135M-Instruct, chain_sum (two one-digit terms) at 32 new tokens",
+              "smollm2-short": "SmolLM2-135M-Instruct, chain_sum (two two-digit terms) at 16 new tokens"}
+SMOLLM2_TOKENS = {"smollm2-short": "16"}  # --max-new-tokens where it is not SMOLLM2's 32
+SHORT_PAPERS = ("dapo",)
+NO_SHORT = "the 16-token task is for DAPO's overlong row; the other claims' forms are at 32 (--task smollm2)"
 
 
 def smollm2_levels() -> list:
@@ -97,8 +104,9 @@ def smollm2_levels() -> list:
 def common(task: str) -> list:
     """COMMON, and on Countdown its task (whose config.py defaults then apply); SMOLLM2 on the real model."""
     if task.startswith("smollm2"):
-        easy = task == "smollm2-easy"
-        return ["--train-data", SMOLLM2_SPEC.format(digits=1 if easy else 2), *SMOLLM2,
+        easy, flags = task == "smollm2-easy", list(SMOLLM2)
+        flags[flags.index("--max-new-tokens") + 1] = SMOLLM2_TOKENS.get(task, "32")
+        return ["--train-data", SMOLLM2_SPEC.format(digits=1 if easy else 2), *flags,
                 "--eval-problems", "24" if easy else "64"]
     return COMMON + (COUNTDOWN if task == "countdown" else [])
 
@@ -262,6 +270,8 @@ def dapo_smollm2(task):
             line(f"mechanism: truncated share over the run, + soft overlong vs + clip-higher (lower = fewer cut off)"
                  f"{at(exp, steps[2], steps[1])}", trunc)]
 
+    if task == "smollm2-short":
+        return [dapo_short(steps[:3], variants, acc_)]
     mu16 = ["GRPO, mu 16", "+ clip-higher, mu 16"]
 
     def check_mu16(exp, runs):
@@ -310,6 +320,49 @@ def dapo_smollm2(task):
                  "(mu 4) 0.4-0.5 % of the tokens were clipped high. The verdict needs both the row's accuracy and "
                  "Sec. 3.1's entropy; this form was declared after that form's runs and before its own.")
     ][:2 if task == "smollm2" else 1]  # the easy task (--task smollm2-easy) ran on an H200 before the mu-16 form
+
+
+def dapo_short(rows, variants, acc_):
+    """--task smollm2-short: Table 1's clip-higher and overlong rows at half the length limit. Declared after the 32-token
+    form's three seeds, before its own runs: there every row stopped being cut by step ~8 in seeds 0 and 1, and the one
+    run that kept writing to the limit (clip-higher, seed 2) is where the shaping paid (0.422 vs 0.273)."""
+    def check(exp, runs):
+        hi = compare(exp, rows[1], rows[0], acc_)
+        ol = compare(exp, rows[2], rows[1], acc_)
+        trunc = compare(exp, rows[2], rows[1], over_run("rollout/truncated_frac"), higher=False)
+        flat = compare(exp, rows[2], rows[1], over_run("rollout/frac_zero_std"), higher=False)
+        ent = compare(exp, rows[1], rows[0], over_run("policy/entropy"))
+        return verdict_of([hi, ol]), [
+            line(f"the clip-higher row: held-out greedy accuracy (last two evaluations), + clip-higher vs GRPO"
+                 f"{at(exp, rows[1], rows[0])}", hi),
+            line(f"the overlong row: held-out greedy accuracy (last two evaluations), + soft overlong punishment vs "
+                 f"+ clip-higher{at(exp, rows[2], rows[1])}", ol),
+            line(f"mechanism: truncated share over the run, + soft overlong vs + clip-higher (lower = fewer cut off)"
+                 f"{at(exp, rows[2], rows[1])}", trunc),
+            line(f"mechanism: share of groups whose rewards are all equal (no gradient) over the run, + soft overlong vs "
+                 f"+ clip-higher (lower = the length penalty gives all-wrong groups a signal){at(exp, rows[2], rows[1])}",
+                 flat),
+            line(f"mechanism: token entropy over the run, + clip-higher vs GRPO (higher = kept up)"
+                 f"{at(exp, rows[1], rows[0])}", ent)]
+
+    return Experiment(
+        "DAPO Table 1: the clip-higher and overlong rows at 16 tokens",
+        "DAPO Table 1: clip-higher added to naive GRPO raises AIME avg@32 (the row's 36 -> 38), and the soft overlong "
+        "punishment added to that raises it again (-> 41), by reducing the reward noise of truncated samples (Sec. 3.4).",
+        common("smollm2-short") + ["--wrong-reward", "-1", "--mini-batch-size", "16", "--max-steps", "30"],
+        {v: variants[v] if v != rows[2] else variants[rows[1]] + ["--overlong-buffer", "4"] for v in rows}, check,
+        [("held-out acc (last 2 evals)", acc_), ("greedy acc after", final("eval/accuracy")),
+         ("truncated", over_run("rollout/truncated_frac")), ("no-gradient groups", over_run("rollout/frac_zero_std")),
+         ("all-wrong groups", over_run("rollout/frac_all_wrong")), ("entropy", over_run("policy/entropy")),
+         ("clip hi", over_run("policy/clip_frac_high")), ("length", over_run("rollout/response_length"))],
+        [("held-out greedy accuracy", "eval:eval/accuracy"), ("train accuracy", "rollout/accuracy"),
+         ("response length", "rollout/response_length"), ("truncated share", "rollout/truncated_frac"),
+         ("token entropy", "policy/entropy")],
+        note=f"{ON_SMOLLM2['smollm2-short']} (45 % of the first responses reach it, 27 % at 32: bench/smollm2_base.py; a "
+             "response in the format is 8-9 tokens, one that works the sum out first ~19), the Table 1 form's other "
+             "settings: 8 prompts x 8, lr 1e-5, mu = 4, reward +-1, the soft punishment over the last 4 of the 16 "
+             "tokens (a quarter, as 8 of 32 there). Only the rows the form is for: GRPO, + clip-higher, + soft overlong "
+             "punishment.")
 
 
 def dapo_experiments(task="math"):
@@ -1102,7 +1155,7 @@ def task_root(root, task, scale=1):
     """Where a task's runs go: under `root` (default runs/reproduce), the real model's in SMOLLM2_RUNS; -xK: --scale K."""
     x = f"-x{scale}" if scale != 1 else ""
     if task.startswith("smollm2") and root is None:
-        return SMOLLM2_RUNS + ("-easy" if task == "smollm2-easy" else "") + x
+        return SMOLLM2_RUNS + task[len("smollm2"):] + x  # reproduce, reproduce-easy, reproduce-short
     root = root or os.path.join(ROOT, "runs", "reproduce")
     return root if task == "math" and not x else os.path.join(root, task + x)
 
@@ -1273,7 +1326,8 @@ def fewer_seeds(seeds, wall):
 def report(paper, exps, seeds, wall, command, write_docs, task="math", scale=1, where=None):
     name = report_name(paper, task, scale)
     on = {"math": "", "countdown": " on Countdown", "smollm2": " on SmolLM2-135M-Instruct",
-          "smollm2-easy": " on SmolLM2-135M-Instruct, the easy task"}[task]
+          "smollm2-easy": " on SmolLM2-135M-Instruct, the easy task",
+          "smollm2-short": " on SmolLM2-135M-Instruct at 16 tokens"}[task]
     md = [f"# Reproduction: {paper}{on}" + (f", {scale}x the steps" if scale != 1 else ""), "",
           f"Command: `{command}` (~{wall[0] / 60:.1f} min on {wall[4]}: the "
           f"runs' total time over {wall[2]} worker{'s' if wall[2] > 1 else ''}, load average up to {wall[1]:.1f} while they ran; seeds "
@@ -1329,7 +1383,8 @@ def main(argv=None):
     ap.add_argument("--smoke", action="store_true", help="2 steps, the first seed only, nothing written to docs/")
     ap.add_argument("--task", choices=TASKS, default="math", help="the task the runs train on (countdown: every paper "
                     f"but {' and '.join(NO_COUNTDOWN)}; smollm2, smollm2-easy: the real model, every paper but "
-                    f"{' and '.join(NO_SMOLLM2)}; reports docs/reproduce_PAPER_TASK.md)")
+                    f"{' and '.join(NO_SMOLLM2)}; smollm2-short: the real model at 16 tokens, dapo; reports "
+                    "docs/reproduce_PAPER_TASK.md)")
     ap.add_argument("--scale", type=int, default=1, help="K times each run's steps (a GPU's runs; reports "
                                                          "docs/reproduce_PAPER_TASK_xK.md)")
     ap.add_argument("--report-only", action="store_true", help="train nothing: the report of the runs as they are "
@@ -1350,9 +1405,11 @@ def main(argv=None):
         signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C's handling (exec resets it to the default)
     papers = list(PAPERS) if a.paper == "all" else [a.paper]
     if a.task != "math":
-        has = COUNTDOWN_PAPERS if a.task == "countdown" else SMOLLM2_PAPERS
+        has = COUNTDOWN_PAPERS if a.task == "countdown" else SHORT_PAPERS if a.task == "smollm2-short" else \
+            SMOLLM2_PAPERS
         if a.paper != "all" and a.paper not in has:
             why = f"no Countdown form: {NO_COUNTDOWN[a.paper]}" if a.task == "countdown" else \
+                f"no form at 16 tokens: {NO_SHORT}" if a.task == "smollm2-short" else \
                 f"no SmolLM2 form: {NO_SMOLLM2[a.paper]}"
             raise SystemExit(f"error: --task {a.task}: {a.paper} has {why} (those that have one: {', '.join(has)})")
         papers = [p for p in papers if p in has]
