@@ -60,6 +60,9 @@ def test_a_task_a_paper_has_no_form_for_is_one_error():
     for paper in reproduce.NO_SMOLLM2:
         with pytest.raises(SystemExit, match=f"error: --task smollm2: {paper} has no SmolLM2 form: its claim is about"):
             reproduce.main([paper, "--task", "smollm2", "--smoke"])
+    for paper in set(reproduce.PAPERS) - set(reproduce.SHORT_PAPERS):  # the 16-token task: DAPO's overlong row alone
+        with pytest.raises(SystemExit, match=f"error: --task smollm2-short: {paper} has no form at 16 tokens: "):
+            reproduce.main([paper, "--task", "smollm2-short", "--smoke"])
 
 
 def test_smollm2_runs_on_a_cpu_without_bf16_instructions_are_announced(monkeypatch, capsys):
@@ -266,17 +269,21 @@ def test_committed_reports_are_the_codes_experiments(task):
             assert all(part in text for part in (e.name, e.claim, e.note, settings)), (paper, e.name)
 
 
-@pytest.mark.parametrize("task", ["smollm2", "smollm2-easy"])
+@pytest.mark.parametrize("task", ["smollm2", "smollm2-easy", "smollm2-short"])
 @pytest.mark.parametrize("paper", reproduce.SMOLLM2_PAPERS)
 def test_every_smollm2_variant_is_a_valid_run(paper, task):
-    """--task smollm2 / smollm2-easy: every variant trains SmolLM2-135M-Instruct on chain_sum (two two-digit / two
-    one-digit terms) at 32 tokens with the README run's settings and its paper's changes; --scale K multiplies the
-    steps; a run a time limit will stop checkpoints only at its end."""
+    """--task smollm2 / smollm2-easy / smollm2-short: every variant trains SmolLM2-135M-Instruct on chain_sum (two
+    two-digit / two one-digit / two two-digit terms) at 32 / 32 / 16 tokens with the README run's settings and its
+    paper's changes; --scale K multiplies the steps; a run a time limit will stop checkpoints only at its end."""
+    if task == "smollm2-short" and paper not in reproduce.SHORT_PAPERS:
+        return
+    tokens = 16 if task == "smollm2-short" else 32
     for e in reproduce.experiments(paper, task):
         for v in e.variants:
             cfg = config.parse_config(reproduce.train_argv(e, v, 0, "/tmp/x", False, 10, 2, checkpoints=False))
             assert cfg.model == "smollm2-135m-instruct" and cfg.reward == "rg"
-            assert (cfg.max_new_tokens, cfg.batch_size, cfg.group_size, cfg.lr, cfg.dtype) == (32, 64, 8, 1e-5, "bf16-mixed")
+            assert (cfg.max_new_tokens, cfg.batch_size, cfg.group_size, cfg.lr, cfg.dtype) == (tokens, 64, 8, 1e-5,
+                                                                                                  "bf16-mixed")
             steps = int(e.base[e.base.index("--max-steps") + 1])  # 30 (MiMo's: 12 and 24)
             assert (cfg.max_steps, cfg.threads, cfg.save_every) == (10 * steps, 2, 0)
             if cfg.train_data == reproduce.SMOLLM2_LEVELS:  # the level mix (compass, MiMo's easy pool): the task's own
@@ -288,9 +295,35 @@ def test_every_smollm2_variant_is_a_valid_run(paper, task):
     dapo_ = reproduce.experiments("dapo", task)[0]
     full = config.parse_config(reproduce.train_argv(dapo_, list(dapo_.variants)[-1], 0, "/tmp/x", False))
     grpo_ = config.parse_config(reproduce.train_argv(dapo_, "GRPO", 0, "/tmp/x", False))
-    assert (full.clip_high, full.overlong_buffer, full.loss_agg, full.dynamic_sampling, full.overlong_filter) == (
-        0.28, 8, "token-mean", True, False)
+    assert (full.clip_high, full.overlong_buffer, full.loss_agg, full.dynamic_sampling, full.overlong_filter) == ((
+        0.28, 4, "seq-mean-token-mean", False, False) if task == "smollm2-short" else (0.28, 8, "token-mean", True, False))
     assert (grpo_.clip_high, grpo_.overlong_buffer, grpo_.dynamic_sampling, grpo_.wrong_reward) == (0.2, 0, False, -1)
+
+
+def test_the_16_token_form_needs_both_rows_by_hand():
+    """--task smollm2-short's declared check: clip-higher ahead of GRPO and the soft overlong punishment ahead of
+    clip-higher, each in every seed beyond the spread -> reproduces; the overlong row level -> partly; neither -> does
+    not. Its runs go to docs/smollm2_runs/reproduce-short/."""
+    (e,) = reproduce.experiments("dapo", "smollm2-short")
+    grpo_, hi_, ol_ = e.variants
+    assert e.variants[ol_] == e.variants[hi_] + ["--overlong-buffer", "4"] and e.variants[hi_] == ["--clip-high", "0.28"]
+    assert reproduce.task_root(None, "smollm2-short") == reproduce.SMOLLM2_RUNS + "-short"
+
+    def runs(acc):
+        return [reproduce.Run("x", [{"step": 1, "rollout/truncated_frac": 0.1, "rollout/frac_zero_std": 0.5,
+                                     "policy/entropy": 1.0}], [{"step": 0, "eval/accuracy": 0.1},
+                                                              {"step": 10, "eval/accuracy": a}, {"step": 20, "eval/accuracy": a}],
+                              {"after": {}}) for a in acc]
+
+    e.runs = {grpo_: runs([0.10, 0.11, 0.12]), hi_: runs([0.20, 0.21, 0.22]), ol_: runs([0.30, 0.31, 0.32])}
+    verdict, lines = e.check(e, e.runs)
+    assert verdict == "reproduces" and len(lines) == 5 and lines[1].startswith("the overlong row")
+    assert lines[1].endswith("0.31 vs 0.21 (beyond the seeds' spread: yes; the claimed way in 3/3 seeds)")
+    e.runs[ol_] = runs([0.20, 0.22, 0.21])
+    assert e.check(e, e.runs)[0] == "partly"
+    e.runs[hi_] = runs([0.12, 0.10, 0.11])
+    e.runs[ol_] = runs([0.11, 0.12, 0.10])
+    assert e.check(e, e.runs)[0] == "does not"
 
 
 def fake_run(root, name, evals, metrics, summary=True, error=None):
