@@ -240,6 +240,11 @@ def held_out(key="eval/accuracy", n=2):
     return f
 
 
+TABLE_1_PLOTS = [("held-out greedy accuracy", "eval:eval/accuracy"), ("train accuracy", "rollout/accuracy"),
+                 ("response length", "rollout/response_length"), ("truncated share", "rollout/truncated_frac"),
+                 ("token entropy", "policy/entropy")]  # DAPO Table 1's plots, every task's form
+
+
 def dapo_smollm2(task):
     """DAPO Table 1 on SmolLM2-135M-Instruct. The rows: GRPO, then clip-higher, the soft overlong punishment, the
     token-level loss and dynamic sampling added in turn; overlong filtering is not a row of its own (verl's DAPO FAQ:
@@ -293,9 +298,7 @@ def dapo_smollm2(task):
          ("avg@4 after", final("eval/avg@4")), ("truncated", over_run("rollout/truncated_frac")),
          ("clip hi", over_run("policy/clip_frac_high")), ("entropy", over_run("policy/entropy")),
          ("length", over_run("rollout/response_length")), ("zero-var groups", over_run("rollout/frac_zero_std"))],
-        [("held-out greedy accuracy", "eval:eval/accuracy"), ("train accuracy", "rollout/accuracy"),
-         ("response length", "rollout/response_length"), ("truncated share", "rollout/truncated_frac"),
-         ("token entropy", "policy/entropy")],
+        TABLE_1_PLOTS,
         note=f"{ON_SMOLLM2[task]} (a quarter of the first responses reach it), 8 prompts x 8, lr 1e-5, mu = 4 "
              "(mini-batches of 16 of the 64 responses; DAPO's is 16), reward +-1 in every row (DAPO's), the soft "
              "punishment over the last 8 tokens (DAPO's 4K of 20K is a fifth; the dapo recipe's 16 of 64 a quarter), "
@@ -355,9 +358,7 @@ def dapo_short(rows, variants, acc_):
          ("truncated", over_run("rollout/truncated_frac")), ("no-gradient groups", over_run("rollout/frac_zero_std")),
          ("all-wrong groups", over_run("rollout/frac_all_wrong")), ("entropy", over_run("policy/entropy")),
          ("clip hi", over_run("policy/clip_frac_high")), ("length", over_run("rollout/response_length"))],
-        [("held-out greedy accuracy", "eval:eval/accuracy"), ("train accuracy", "rollout/accuracy"),
-         ("response length", "rollout/response_length"), ("truncated share", "rollout/truncated_frac"),
-         ("token entropy", "policy/entropy")],
+        TABLE_1_PLOTS,
         note=f"{ON_SMOLLM2['smollm2-short']} (45 % of the first responses reach it, 27 % at 32: bench/smollm2_base.py; a "
              "response in the format is 8-9 tokens, one that works the sum out first ~19), the Table 1 form's other "
              "settings: 8 prompts x 8, lr 1e-5, mu = 4, reward +-1, the soft punishment over the last 4 of the 16 "
@@ -411,9 +412,7 @@ def dapo_experiments(task="math"):
          (f"steps to {bar}", first_step_at("eval/accuracy", bar)), ("truncated", over_run("rollout/truncated_frac")),
          ("clip hi", over_run("policy/clip_frac_high")), ("entropy", over_run("policy/entropy")),
          ("length", over_run("rollout/response_length"))],
-        [("held-out greedy accuracy", "eval:eval/accuracy"), ("train accuracy", "rollout/accuracy"),
-         ("response length", "rollout/response_length"), ("truncated share", "rollout/truncated_frac"),
-         ("token entropy", "policy/entropy")],
+        TABLE_1_PLOTS,
         note=note)]
 
 

@@ -253,6 +253,9 @@ def test_readme_verdict_table_is_the_reports():
             if "easy task, H200: " in cell:  # the first SmolLM2 form's 10x runs on a GPU
                 assert cell.split("easy task, H200: ")[1].split(")")[0] == verdicts(
                     reproduce.report_name(paper, "smollm2-easy", 10)), paper
+            if "16 tokens: " in cell:  # --task smollm2-short: DAPO's rows at half the length limit
+                assert cell.split("16 tokens: ")[1].split(";")[0].split(")")[0] == verdicts(
+                    reproduce.report_name(paper, "smollm2-short")), paper
     assert seen == set(reproduce.PAPERS)
 
 
@@ -377,7 +380,7 @@ def test_a_time_limit_stops_the_runs_and_says_when_nothing_can_be_compared(tmp_p
 
 
 SMOLLM2_REPORTS = [(paper, task, scale) for paper in reproduce.SMOLLM2_PAPERS
-                   for task, scale in (("smollm2", 1), ("smollm2-easy", 10))
+                   for task, scale in (("smollm2", 1), ("smollm2-easy", 10), ("smollm2-short", 1))
                    if os.path.exists(os.path.join(reproduce.ROOT, "docs",
                                                   f"reproduce_{reproduce.report_name(paper, task, scale)}.md"))]
 
