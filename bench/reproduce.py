@@ -70,7 +70,7 @@ ON_COUNTDOWN = "Countdown level 1, the shipped cold start, its defaults (128 tok
 # 27 % at 32, 37 % at 24; in-format accuracy 0.031 and 12 % of groups mixed at each), about Countdown's 40-56 %; a
 # response in the format is 8-9 tokens ("The final answer is 57."), one that works the sum first ~19.
 # Runs are kept as data in docs/smollm2_runs/ (checkpoints aside), so an unfinished reproduction resumes where it stopped.
-SMOLLM2_SPEC = "rg:chain_sum?min_terms=2&max_terms=2&max_digits={digits}&format=final-answer"
+SMOLLM2_SPEC = "rg:chain_sum?min_terms=2&max_terms=2&max_digits={digits}&format={fmt}"
 SMOLLM2 = ["--model", "smollm2-135m-instruct", "--batch-size", "64", "--group-size", "8", "--max-new-tokens", "32",
            "--dtype", "bf16-mixed", "--lr", "1e-5", "--attn-implementation", "eager", "--rollout", "fast",
            "--rollout-dtype", "bfloat16", "--draw", "inverse-cdf", "--eval-every", "10", "--eval-samples", "4",
@@ -87,13 +87,19 @@ SMOLLM2_LEVELS = "rg:chain_sum?levels=0,1&format=final-answer"
 ON_LEVELS = ("SmolLM2-135M-Instruct on reasoning-gym's chain_sum levels 1-2 (its curriculum's levels 0 and 1: two "
              "one-digit terms; two or three terms of one or two digits) at 32 new tokens")
 SMOLLM2_RUNS = os.path.join(ROOT, "docs", "smollm2_runs", "reproduce")
-TASKS = ("math", "countdown", "smollm2", "smollm2-easy", "smollm2-short")
+TASKS = ("math", "countdown", "smollm2", "smollm2-easy", "smollm2-short", "smollm2-worked")
 ON_SMOLLM2 = {"smollm2": "SmolLM2-135M-Instruct, chain_sum (two two-digit terms) at 32 new tokens",
               "smollm2-easy": "SmolLM2-135M-Instruct, chain_sum (two one-digit terms) at 32 new tokens",
-              "smollm2-short": "SmolLM2-135M-Instruct, chain_sum (two two-digit terms) at 16 new tokens"}
+              "smollm2-short": "SmolLM2-135M-Instruct, chain_sum (two two-digit terms) at 16 new tokens",
+              "smollm2-worked": "SmolLM2-135M-Instruct, chain_sum (two two-digit terms), the working asked for and the "
+                                "last number read, at 32 new tokens"}
 SMOLLM2_TOKENS = {"smollm2-short": "16"}  # --max-new-tokens where it is not SMOLLM2's 32
-SHORT_PAPERS = ("dapo",)
-NO_SHORT = "the 16-token task is for DAPO's overlong row; the other claims' forms are at 32 (--task smollm2)"
+SMOLLM2_FORMAT = {"smollm2-worked": "worked"}  # tasks/rg.py's answer format where it is not final-answer
+SHORT_PAPERS = ("dapo",)  # the papers of the tasks made for DAPO's overlong row alone (NO_SHORT)
+NO_SHORT = {"smollm2-short": ("at 16 tokens", "the 16-token task is for DAPO's overlong row; the other claims' forms are "
+                                              "at 32 (--task smollm2)"),
+            "smollm2-worked": ("with the working asked for", "the task is for DAPO's overlong row; the other claims' "
+                                                             "forms read 'The final answer is X.' (--task smollm2)")}
 
 
 def smollm2_levels() -> list:
@@ -106,7 +112,8 @@ def common(task: str) -> list:
     if task.startswith("smollm2"):
         easy, flags = task == "smollm2-easy", list(SMOLLM2)
         flags[flags.index("--max-new-tokens") + 1] = SMOLLM2_TOKENS.get(task, "32")
-        return ["--train-data", SMOLLM2_SPEC.format(digits=1 if easy else 2), *flags,
+        return ["--train-data", SMOLLM2_SPEC.format(digits=1 if easy else 2, fmt=SMOLLM2_FORMAT.get(task, "final-answer")),
+                *flags,
                 "--eval-problems", "24" if easy else "64"]
     return COMMON + (COUNTDOWN if task == "countdown" else [])
 
@@ -277,6 +284,8 @@ def dapo_smollm2(task):
 
     if task == "smollm2-short":
         return [dapo_short(steps[:3], acc_)]
+    if task == "smollm2-worked":
+        return [dapo_worked(steps[1:3], acc_)]
     mu16 = ["GRPO, mu 16", "+ clip-higher, mu 16"]
 
     def check_mu16(exp, runs):
@@ -365,6 +374,50 @@ def dapo_short(rows, acc_):
              "settings: 8 prompts x 8, lr 1e-5, mu = 4, reward +-1, the soft punishment over the last 4 of the 16 "
              "tokens (a quarter, as 8 of 32 there). Only the rows the form is for: GRPO, + clip-higher, + soft overlong "
              "punishment.")
+
+
+def dapo_worked(rows, acc_):
+    """--task smollm2-worked: Table 1's overlong row where right answers are long. Declared after the 16-token form's
+    runs, before its own: at 32 tokens no right answer of the base model is longer than 32 (0 of 6 in 512 samples at
+    128 tokens: `bench/smollm2_base.py --cut`), so a cut response was never going to be right and DAPO's reward noise
+    of truncated samples (Sec. 3.4) did not exist. Asked for the working and read at its last number, 8 of its 41
+    right answers run past 32 tokens, and 28 % of the groups have mixed outcomes at 32 (12 % with final-answer). Only the overlong row (+ clip-higher vs + the soft punishment): 3 seeds of 2 rows
+    fit a sitting, 3 of 3 do not."""
+    def check(exp, runs):
+        ol = compare(exp, rows[1], rows[0], acc_)
+        trunc = compare(exp, rows[1], rows[0], over_run("rollout/truncated_frac"), higher=False)
+        flat = compare(exp, rows[1], rows[0], over_run("rollout/frac_zero_std"), higher=False)
+        train = compare(exp, rows[1], rows[0], over_run("rollout/accuracy"))
+        return verdict_of([ol]), [
+            line(f"the overlong row: held-out greedy accuracy (last two evaluations), + soft overlong punishment vs "
+                 f"+ clip-higher{at(exp, rows[1], rows[0])}", ol),
+            line(f"mechanism: truncated share over the run, + soft overlong vs + clip-higher (lower = fewer cut off)"
+                 f"{at(exp, rows[1], rows[0])}", trunc),
+            line(f"mechanism: share of groups whose rewards are all equal (no gradient) over the run, + soft overlong vs "
+                 f"+ clip-higher{at(exp, rows[1], rows[0])}", flat),
+            line(f"mechanism: training accuracy over the run, + soft overlong vs + clip-higher{at(exp, rows[1], rows[0])}",
+                 train)]
+
+    return Experiment(
+        "DAPO Table 1: the overlong row with the working asked for",
+        "DAPO Table 1: the soft overlong punishment added to GRPO with clip-higher raises AIME avg@32 (38 -> 41), by "
+        "reducing the reward noise of truncated samples, whose reasoning may be sound (Sec. 3.4).",
+        common("smollm2-worked") + ["--wrong-reward", "-1", "--mini-batch-size", "16", "--max-steps", "30"],
+        {rows[0]: ["--clip-high", "0.28"], rows[1]: ["--clip-high", "0.28", "--overlong-buffer", "8"]},
+        check,
+        [("held-out acc (last 2 evals)", acc_), ("greedy acc after", final("eval/accuracy")),
+         ("train acc", over_run("rollout/accuracy")), ("truncated", over_run("rollout/truncated_frac")),
+         ("no-gradient groups", over_run("rollout/frac_zero_std")), ("entropy", over_run("policy/entropy")),
+         ("length", over_run("rollout/response_length"))],
+        TABLE_1_PLOTS,
+        note=f"{ON_SMOLLM2['smollm2-worked']}: the question, then 'Work it out step by step, then end your response with "
+             "'The final answer is ANSWER.'', the answer read as the response's last number and a response cut at the "
+             "limit holding none (tasks/rg.py format=worked). Before RL (bench/smollm2_base.py, 64 problems x 8): at 32 tokens in-format "
+             "accuracy 0.064, 28 % of groups mixed, 41 % cut (the final-answer task: 0.031, 12 %, 27 %); at 128 tokens "
+             "8 of the 41 right answers are longer than 32 tokens (final-answer: 0 of 6), so the limit cuts responses "
+             "that were going to be right. "
+             "The Table 1 form's other settings: 8 prompts x 8, lr 1e-5, mu = 4, reward +-1, the soft punishment over the "
+             "last 8 tokens.")
 
 
 def dapo_experiments(task="math"):
@@ -1155,7 +1208,7 @@ def task_root(root, task, scale=1):
     """Where a task's runs go: under `root` (default runs/reproduce), the real model's in SMOLLM2_RUNS; -xK: --scale K."""
     x = f"-x{scale}" if scale != 1 else ""
     if task.startswith("smollm2") and root is None:
-        return SMOLLM2_RUNS + task[len("smollm2"):] + x  # reproduce, reproduce-easy, reproduce-short
+        return SMOLLM2_RUNS + task[len("smollm2"):] + x  # reproduce, reproduce-easy, reproduce-short, reproduce-worked
     root = root or os.path.join(ROOT, "runs", "reproduce")
     return root if task == "math" and not x else os.path.join(root, task + x)
 
@@ -1327,7 +1380,8 @@ def report(paper, exps, seeds, wall, command, write_docs, task="math", scale=1, 
     name = report_name(paper, task, scale)
     on = {"math": "", "countdown": " on Countdown", "smollm2": " on SmolLM2-135M-Instruct",
           "smollm2-easy": " on SmolLM2-135M-Instruct, the easy task",
-          "smollm2-short": " on SmolLM2-135M-Instruct at 16 tokens"}[task]
+          "smollm2-short": " on SmolLM2-135M-Instruct at 16 tokens",
+          "smollm2-worked": " on SmolLM2-135M-Instruct, the working asked for"}[task]
     md = [f"# Reproduction: {paper}{on}" + (f", {scale}x the steps" if scale != 1 else ""), "",
           f"Command: `{command}` (~{wall[0] / 60:.1f} min on {wall[4]}: the "
           f"runs' total time over {wall[2]} worker{'s' if wall[2] > 1 else ''}, load average up to {wall[1]:.1f} while they ran; seeds "
@@ -1383,7 +1437,8 @@ def main(argv=None):
     ap.add_argument("--smoke", action="store_true", help="2 steps, the first seed only, nothing written to docs/")
     ap.add_argument("--task", choices=TASKS, default="math", help="the task the runs train on (countdown: every paper "
                     f"but {' and '.join(NO_COUNTDOWN)}; smollm2, smollm2-easy: the real model, every paper but "
-                    f"{' and '.join(NO_SMOLLM2)}; smollm2-short: the real model at 16 tokens, dapo; reports "
+                    f"{' and '.join(NO_SMOLLM2)}; smollm2-short, smollm2-worked: the real model at 16 tokens / with the "
+                    "working asked for, dapo; reports "
                     "docs/reproduce_PAPER_TASK.md)")
     ap.add_argument("--scale", type=int, default=1, help="K times each run's steps (a GPU's runs; reports "
                                                          "docs/reproduce_PAPER_TASK_xK.md)")
@@ -1405,11 +1460,10 @@ def main(argv=None):
         signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C's handling (exec resets it to the default)
     papers = list(PAPERS) if a.paper == "all" else [a.paper]
     if a.task != "math":
-        has = COUNTDOWN_PAPERS if a.task == "countdown" else SHORT_PAPERS if a.task == "smollm2-short" else \
-            SMOLLM2_PAPERS
+        has = COUNTDOWN_PAPERS if a.task == "countdown" else SHORT_PAPERS if a.task in NO_SHORT else SMOLLM2_PAPERS
         if a.paper != "all" and a.paper not in has:
             why = f"no Countdown form: {NO_COUNTDOWN[a.paper]}" if a.task == "countdown" else \
-                f"no form at 16 tokens: {NO_SHORT}" if a.task == "smollm2-short" else \
+                "no form {}: {}".format(*NO_SHORT[a.task]) if a.task in NO_SHORT else \
                 f"no SmolLM2 form: {NO_SMOLLM2[a.paper]}"
             raise SystemExit(f"error: --task {a.task}: {a.paper} has {why} (those that have one: {', '.join(has)})")
         papers = [p for p in papers if p in has]

@@ -14,8 +14,9 @@ level).
 
 The reward (RGReward), binary and exact. The answer is read by one declared rule, the one the prompt asks for
 (`format=`, FORMATS: `boxed` the last \\boxed{...}, `answer-line` a last line 'Answer: X', `answer-tag` the last
-<answer>...</answer>, `final-answer` the last 'The final answer is X.'; always after the thought: read_answer); it scores 1 iff reasoning-gym's own scorer gives it
-exactly 1.0. Its partial credits are 0 here: the default scorer pays len(answer) / len(response) when the
+<answer>...</answer>, `final-answer` the last 'The final answer is X.', `worked` the working asked for and the last
+number read, a response cut at the length limit holding none; always after the thought: read_answer); it scores 1 iff
+reasoning-gym's own scorer gives it exactly 1.0. Its partial credits are 0 here: the default scorer pays len(answer) / len(response) when the
 answer appears inside a longer string, and some tasks pay 0.01-0.1 for a wrong but parseable answer; with group-std
 normalisation an all-wrong group of such credits would become +-1 advantages for noise.
 
@@ -41,6 +42,7 @@ FORMATS = {
     "answer-line": "End your response with a line 'Answer: ANSWER'.",
     "answer-tag": "Give the final answer inside <answer></answer> tags.",
     "final-answer": "End your response with 'The final answer is ANSWER.'",
+    "worked": "Work it out step by step, then end your response with 'The final answer is ANSWER.'",
 }
 HELD_OUT_SEED = 1_000_003  # the held-out generator's seed offset: another stream of problems
 
@@ -177,7 +179,8 @@ def read_answer(text: str, fmt: str = "boxed") -> str | None:
     """The declared rule: after the thought (a thought that never closes holds no answer), end-of-turn strings
     stripped: boxed: the last \\boxed{...}; answer-line: what follows 'Answer:' on the last line that has it;
     answer-tag: the last <answer>...</answer>; final-answer: what follows the last 'final answer is', to the end of its
-    line, without markup and a closing period."""
+    line, without markup and a closing period; worked: the last number (the format asks for the working first, so
+    any closing phrase is read; RGReward gives a cut response none)."""
     body = after_thought(strip_end(text))
     if body is None:
         return None
@@ -186,6 +189,9 @@ def read_answer(text: str, fmt: str = "boxed") -> str | None:
     if fmt == "answer-line":
         lines = [ln for ln in body.splitlines() if re.match(r"\s*\**answer\**\s*:", ln, re.I)]
         return re.split(r":", lines[-1], maxsplit=1)[1].replace("**", "").strip() if lines else None
+    if fmt == "worked":
+        numbers = _NUMBER.findall(body)
+        return numbers[-1] if numbers else None
     if fmt == "final-answer":
         said = re.findall(r"final answer is\s*:?\s*([^\n]*)", body, re.I)
         return said[-1].replace("**", "").replace("$", "").strip().rstrip(".").strip() if said else None
@@ -218,11 +224,14 @@ class RGReward:
         self.correct_reward, self.wrong_reward, self.thought_open = correct_reward, wrong_reward, thought_open
 
     def __call__(self, completions: list[str], problems: list[dict], truncated: list[bool] | None = None):
-        """truncated is not read: a box that closed is an answer, whatever followed it."""
+        """truncated is read for the `worked` format alone: a response cut off has no answer, its last number is a
+        step (reward.py's rule 5); in the others a box that closed is an answer, whatever followed it."""
         if len(completions) != len(problems):
             raise ValueError(f"{len(completions)} completions but {len(problems)} problems")
-        correct = [_score(p, read_answer((THINK_OPEN if self.thought_open else "") + c, p.get("format", "boxed")))
-                   for c, p in zip(completions, problems)]
+        cut = truncated or [False] * len(completions)
+        correct = [not (t and p.get("format") == "worked") and
+                   _score(p, read_answer((THINK_OPEN if self.thought_open else "") + c, p.get("format", "boxed")))
+                   for c, p, t in zip(completions, problems, cut)]
         return [self.correct_reward if ok else self.wrong_reward for ok in correct], correct, {"reward/timeouts": 0}
 
     def anywhere(self, completions: list[str], problems: list[dict]) -> list[bool]:

@@ -60,9 +60,12 @@ def test_a_task_a_paper_has_no_form_for_is_one_error():
     for paper in reproduce.NO_SMOLLM2:
         with pytest.raises(SystemExit, match=f"error: --task smollm2: {paper} has no SmolLM2 form: its claim is about"):
             reproduce.main([paper, "--task", "smollm2", "--smoke"])
-    for paper in set(reproduce.PAPERS) - set(reproduce.SHORT_PAPERS):  # the 16-token task: DAPO's overlong row alone
+    for paper in set(reproduce.PAPERS) - set(reproduce.SHORT_PAPERS):  # the tasks for DAPO's overlong row alone
         with pytest.raises(SystemExit, match=f"error: --task smollm2-short: {paper} has no form at 16 tokens: "):
             reproduce.main([paper, "--task", "smollm2-short", "--smoke"])
+        with pytest.raises(SystemExit, match=f"error: --task smollm2-worked: {paper} has no form with the working "
+                                             "asked for: "):
+            reproduce.main([paper, "--task", "smollm2-worked", "--smoke"])
 
 
 def test_smollm2_runs_on_a_cpu_without_bf16_instructions_are_announced(monkeypatch, capsys):
@@ -272,12 +275,13 @@ def test_committed_reports_are_the_codes_experiments(task):
             assert all(part in text for part in (e.name, e.claim, e.note, settings)), (paper, e.name)
 
 
-@pytest.mark.parametrize("paper,task", [(p, t) for t in ("smollm2", "smollm2-easy", "smollm2-short")
-                                        for p in (reproduce.SHORT_PAPERS if t == "smollm2-short" else reproduce.SMOLLM2_PAPERS)])
+@pytest.mark.parametrize("paper,task", [(p, t) for t in ("smollm2", "smollm2-easy", "smollm2-short", "smollm2-worked")
+                                        for p in (reproduce.SHORT_PAPERS if t in reproduce.NO_SHORT else reproduce.SMOLLM2_PAPERS)])
 def test_every_smollm2_variant_is_a_valid_run(paper, task):
-    """--task smollm2 / smollm2-easy / smollm2-short: every variant trains SmolLM2-135M-Instruct on chain_sum (two
-    two-digit / two one-digit / two two-digit terms) at 32 / 32 / 16 tokens with the README run's settings and its
-    paper's changes; --scale K multiplies the steps; a run a time limit will stop checkpoints only at its end."""
+    """--task smollm2 / smollm2-easy / smollm2-short / smollm2-worked: every variant trains SmolLM2-135M-Instruct on
+    chain_sum (two two-digit / two one-digit / two two-digit / two two-digit terms, the working asked for) at 32 / 32 /
+    16 / 32 tokens with the README run's settings and its paper's changes; --scale K multiplies the steps; a run a time
+    limit will stop checkpoints only at its end."""
     tokens = 16 if task == "smollm2-short" else 32
     for e in reproduce.experiments(paper, task):
         for v in e.variants:
@@ -291,10 +295,17 @@ def test_every_smollm2_variant_is_a_valid_run(paper, task):
                 assert paper in ("compass", "mimo") and cfg.eval_problems == 48 and cfg.eval_every == 10
             else:
                 assert f"max_digits={1 if task == 'smollm2-easy' else 2}&" in cfg.train_data
+                assert cfg.train_data.endswith("&format=" + ("worked" if task == "smollm2-worked" else "final-answer"))
                 assert cfg.eval_problems == (24 if task == "smollm2-easy" else 64)
                 assert cfg.eval_every == (0 if e.name.startswith("MiMo Sec. 3.4.1") else 10)  # rollout seconds only
     dapo_ = reproduce.experiments("dapo", task)[0]
     full = config.parse_config(reproduce.train_argv(dapo_, list(dapo_.variants)[-1], 0, "/tmp/x", False))
+    if task == "smollm2-worked":  # the overlong row alone: + clip-higher, + the soft punishment
+        hi = config.parse_config(reproduce.train_argv(dapo_, "+ clip-higher", 0, "/tmp/x", False))
+        assert list(dapo_.variants) == ["+ clip-higher", "+ soft overlong punishment"]
+        assert (hi.clip_high, hi.overlong_buffer, full.clip_high, full.overlong_buffer, full.wrong_reward) == (
+            0.28, 0, 0.28, 8, -1)
+        return
     grpo_ = config.parse_config(reproduce.train_argv(dapo_, "GRPO", 0, "/tmp/x", False))
     assert (full.clip_high, full.overlong_buffer, full.loss_agg, full.dynamic_sampling, full.overlong_filter) == ((
         0.28, 4, "seq-mean-token-mean", False, False) if task == "smollm2-short" else (0.28, 8, "token-mean", True, False))
@@ -324,6 +335,30 @@ def test_the_16_token_form_needs_both_rows_by_hand():
     assert e.check(e, e.runs)[0] == "partly"
     e.runs[hi_] = runs([0.12, 0.10, 0.11])
     e.runs[ol_] = runs([0.11, 0.12, 0.10])
+    assert e.check(e, e.runs)[0] == "does not"
+
+
+def test_the_worked_form_reads_the_overlong_row_by_hand():
+    """--task smollm2-worked's declared check: the soft overlong punishment ahead of clip-higher alone, in every seed
+    beyond the spread -> reproduces; ahead in the mean beyond the spread but not in every seed -> partly; level -> does
+    not. Its runs go to docs/smollm2_runs/reproduce-worked/."""
+    (e,) = reproduce.experiments("dapo", "smollm2-worked")
+    hi_, ol_ = e.variants
+    assert reproduce.task_root(None, "smollm2-worked") == reproduce.SMOLLM2_RUNS + "-worked"
+
+    def runs(acc):
+        return [reproduce.Run("x", [{"step": 1, "rollout/truncated_frac": 0.1, "rollout/frac_zero_std": 0.5,
+                                     "rollout/accuracy": 0.2}], [{"step": 0, "eval/accuracy": 0.1},
+                                                                 {"step": 10, "eval/accuracy": a}, {"step": 20, "eval/accuracy": a}],
+                              {"after": {}}) for a in acc]
+
+    e.runs = {hi_: runs([0.20, 0.21, 0.22]), ol_: runs([0.30, 0.31, 0.32])}
+    verdict, lines = e.check(e, e.runs)
+    assert verdict == "reproduces" and len(lines) == 4 and lines[0].startswith("the overlong row")
+    assert lines[0].endswith("0.31 vs 0.21 (beyond the seeds' spread: yes; the claimed way in 3/3 seeds)")
+    e.runs[ol_] = runs([0.60, 0.62, 0.19])
+    assert e.check(e, e.runs)[0] == "partly"
+    e.runs[ol_] = runs([0.21, 0.22, 0.20])
     assert e.check(e, e.runs)[0] == "does not"
 
 
@@ -378,7 +413,7 @@ def test_a_time_limit_stops_the_runs_and_says_when_nothing_can_be_compared(tmp_p
 
 
 SMOLLM2_REPORTS = [(paper, task, scale) for paper in reproduce.SMOLLM2_PAPERS
-                   for task, scale in (("smollm2", 1), ("smollm2-easy", 10), ("smollm2-short", 1))
+                   for task, scale in (("smollm2", 1), ("smollm2-easy", 10), ("smollm2-short", 1), ("smollm2-worked", 1))
                    if os.path.exists(os.path.join(reproduce.ROOT, "docs",
                                                   f"reproduce_{reproduce.report_name(paper, task, scale)}.md"))]
 

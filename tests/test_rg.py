@@ -81,9 +81,25 @@ def test_the_reward_is_exact_where_reasoning_gym_pays_partial_credit():
     ("final-answer", "The final answer is: $12$.\nHope it helps", "12"),
     ("final-answer", "I think it is 12.", None),
     ("answer-tag", "<answer>12", None),
+    ("worked", "34 + 57: 4 + 7 = 11, carry 1; 3 + 5 + 1 = 9. The final answer is 91.<|im_end|>", "91"),
+    ("worked", "5 - 8 = -3", "-3"),
+    ("worked", "no number", None),
 ])
 def test_each_format_reads_its_declared_answer(fmt, text, answer):
     assert read_answer(text, fmt) == answer
+
+
+def test_worked_gives_a_cut_response_no_answer():
+    """The `worked` format reads the last number, so a response cut off mid-working (its last number a step) is
+    wrong whatever that number is; a finished one is read; the other formats do not read the flag."""
+    ex = rg_task(SMALL + "&format=worked", 1, "test", 0)[0]
+    gold = ex.answer["entry"]["answer"]
+    assert ex.prompt.endswith("Work it out step by step, then end your response with 'The final answer is ANSWER.'")
+    texts = [f"so it is {gold}", f"so it is {gold}", f"{gold} is wrong, it is {int(gold) + 1}"]
+    assert RGReward()(texts, [ex.answer] * 3, truncated=[False, True, False])[1] == [True, False, False]
+    assert RGReward()(texts, [ex.answer] * 3)[1] == [True, True, False]  # no flags: a text scored on its own
+    boxed = rg_task(SMALL, 1, "test", 0)[0]
+    assert RGReward()([f"\\boxed{{{boxed.answer['entry']['answer']}}} and"], [boxed.answer], truncated=[True])[1] == [True]
 
 
 def test_anywhere_reads_the_end_in_any_form():
