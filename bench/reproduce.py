@@ -410,9 +410,9 @@ def dapo_worked(rows, acc_):
          ("no-gradient groups", over_run("rollout/frac_zero_std")), ("entropy", over_run("policy/entropy")),
          ("length", over_run("rollout/response_length"))],
         TABLE_1_PLOTS,
-        note=f"{ON_SMOLLM2['smollm2-worked']}: the question, then 'Work it out step by step, then end your response with "
-             "'The final answer is ANSWER.'', the answer read as the response's last number and a response cut at the "
-             "limit holding none (tasks/rg.py format=worked). Before RL (bench/smollm2_base.py, 64 problems x 8): at 32 tokens in-format "
+        note=f"{ON_SMOLLM2['smollm2-worked']}: after the question \"Work it out step by step, then end your response "
+             "with 'The final answer is ANSWER.'\", the answer is the response's last number, and a response cut at the "
+             "limit has none (tasks/rg.py format=worked). Before RL (bench/smollm2_base.py, 64 problems x 8): at 32 tokens in-format "
              "accuracy 0.064, 28 % of groups mixed, 41 % cut (the final-answer task: 0.031, 12 %, 27 %); at 128 tokens "
              "8 of the 41 right answers are longer than 32 tokens (final-answer: 0 of 6), so the limit cuts responses "
              "that were going to be right. "

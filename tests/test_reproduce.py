@@ -259,6 +259,9 @@ def test_readme_verdict_table_is_the_reports():
             if "16 tokens: " in cell:  # --task smollm2-short: DAPO's rows at half the length limit
                 assert cell.split("16 tokens: ")[1].split(";")[0].split(")")[0] == verdicts(
                     reproduce.report_name(paper, "smollm2-short")), paper
+            if "the working asked for: " in cell:  # --task smollm2-worked: DAPO's overlong row where answers are long
+                assert re.match(r"[a-z ]+[a-z]", cell.split("the working asked for: ")[1]).group() == verdicts(
+                    reproduce.report_name(paper, "smollm2-worked")), paper
     assert seen == set(reproduce.PAPERS)
 
 
@@ -312,6 +315,14 @@ def test_every_smollm2_variant_is_a_valid_run(paper, task):
     assert (grpo_.clip_high, grpo_.overlong_buffer, grpo_.dynamic_sampling, grpo_.wrong_reward) == (0.2, 0, False, -1)
 
 
+def seeds_at(acc):
+    """One run per seed, its held-out greedy accuracy `a` at steps 10 and 20, the same rollout metrics in each."""
+    return [reproduce.Run("x", [{"step": 1, "rollout/truncated_frac": 0.1, "rollout/frac_zero_std": 0.5,
+                                 "policy/entropy": 1.0, "rollout/accuracy": 0.2}],
+                          [{"step": 0, "eval/accuracy": 0.1}, {"step": 10, "eval/accuracy": a},
+                           {"step": 20, "eval/accuracy": a}], {"after": {}}) for a in acc]
+
+
 def test_the_16_token_form_needs_both_rows_by_hand():
     """--task smollm2-short's declared check: clip-higher ahead of GRPO and the soft overlong punishment ahead of
     clip-higher, each in every seed beyond the spread -> reproduces; the overlong row level -> partly; neither -> does
@@ -321,20 +332,14 @@ def test_the_16_token_form_needs_both_rows_by_hand():
     assert e.variants[ol_] == e.variants[hi_] + ["--overlong-buffer", "4"] and e.variants[hi_] == ["--clip-high", "0.28"]
     assert reproduce.task_root(None, "smollm2-short") == reproduce.SMOLLM2_RUNS + "-short"
 
-    def runs(acc):
-        return [reproduce.Run("x", [{"step": 1, "rollout/truncated_frac": 0.1, "rollout/frac_zero_std": 0.5,
-                                     "policy/entropy": 1.0}], [{"step": 0, "eval/accuracy": 0.1},
-                                                              {"step": 10, "eval/accuracy": a}, {"step": 20, "eval/accuracy": a}],
-                              {"after": {}}) for a in acc]
-
-    e.runs = {grpo_: runs([0.10, 0.11, 0.12]), hi_: runs([0.20, 0.21, 0.22]), ol_: runs([0.30, 0.31, 0.32])}
+    e.runs = {grpo_: seeds_at([0.10, 0.11, 0.12]), hi_: seeds_at([0.20, 0.21, 0.22]), ol_: seeds_at([0.30, 0.31, 0.32])}
     verdict, lines = e.check(e, e.runs)
     assert verdict == "reproduces" and len(lines) == 5 and lines[1].startswith("the overlong row")
     assert lines[1].endswith("0.31 vs 0.21 (beyond the seeds' spread: yes; the claimed way in 3/3 seeds)")
-    e.runs[ol_] = runs([0.20, 0.22, 0.21])
+    e.runs[ol_] = seeds_at([0.20, 0.22, 0.21])
     assert e.check(e, e.runs)[0] == "partly"
-    e.runs[hi_] = runs([0.12, 0.10, 0.11])
-    e.runs[ol_] = runs([0.11, 0.12, 0.10])
+    e.runs[hi_] = seeds_at([0.12, 0.10, 0.11])
+    e.runs[ol_] = seeds_at([0.11, 0.12, 0.10])
     assert e.check(e, e.runs)[0] == "does not"
 
 
@@ -346,19 +351,13 @@ def test_the_worked_form_reads_the_overlong_row_by_hand():
     hi_, ol_ = e.variants
     assert reproduce.task_root(None, "smollm2-worked") == reproduce.SMOLLM2_RUNS + "-worked"
 
-    def runs(acc):
-        return [reproduce.Run("x", [{"step": 1, "rollout/truncated_frac": 0.1, "rollout/frac_zero_std": 0.5,
-                                     "rollout/accuracy": 0.2}], [{"step": 0, "eval/accuracy": 0.1},
-                                                                 {"step": 10, "eval/accuracy": a}, {"step": 20, "eval/accuracy": a}],
-                              {"after": {}}) for a in acc]
-
-    e.runs = {hi_: runs([0.20, 0.21, 0.22]), ol_: runs([0.30, 0.31, 0.32])}
+    e.runs = {hi_: seeds_at([0.20, 0.21, 0.22]), ol_: seeds_at([0.30, 0.31, 0.32])}
     verdict, lines = e.check(e, e.runs)
     assert verdict == "reproduces" and len(lines) == 4 and lines[0].startswith("the overlong row")
     assert lines[0].endswith("0.31 vs 0.21 (beyond the seeds' spread: yes; the claimed way in 3/3 seeds)")
-    e.runs[ol_] = runs([0.60, 0.62, 0.19])
+    e.runs[ol_] = seeds_at([0.60, 0.62, 0.19])
     assert e.check(e, e.runs)[0] == "partly"
-    e.runs[ol_] = runs([0.21, 0.22, 0.20])
+    e.runs[ol_] = seeds_at([0.21, 0.22, 0.20])
     assert e.check(e, e.runs)[0] == "does not"
 
 
