@@ -16,9 +16,10 @@ The reward (RGReward), binary and exact. The answer is read by one declared rule
 (`format=`, FORMATS: `boxed` the last \\boxed{...}, `answer-line` a last line 'Answer: X', `answer-tag` the last
 <answer>...</answer>, `final-answer` the last 'The final answer is X.', `worked` the working asked for and the last
 number read, a response cut at the length limit holding none; always after the thought: read_answer); it scores 1 iff
-reasoning-gym's own scorer gives it exactly 1.0. Its partial credits are 0 here: the default scorer pays len(answer) / len(response) when the
-answer appears inside a longer string, and some tasks pay 0.01-0.1 for a wrong but parseable answer; with group-std
-normalisation an all-wrong group of such credits would become +-1 advantages for noise.
+reasoning-gym's own scorer gives it exactly 1.0. Its partial credits are 0 here: the default scorer pays
+len(answer) / len(response) when the answer appears inside a longer string, and some tasks pay 0.01-0.1 for a wrong
+but parseable answer; with group-std normalisation an all-wrong group of such credits would become +-1 advantages for
+noise.
 
 Answer-anywhere (a metric beside the reward, never paid: `anywhere`): the response is right if the right answer
 stands at its end in any form: the last boxed content, the last number, or the last line without its markup
