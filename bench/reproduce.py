@@ -69,6 +69,8 @@ ON_COUNTDOWN = "Countdown level 1, the shipped cold start, its defaults (128 tok
 # --task smollm2-short: --task smollm2 at 16 new tokens, where 45 % of the first responses are cut (bench/smollm2_base.py:
 # 27 % at 32, 37 % at 24; in-format accuracy 0.031 and 12 % of groups mixed at each), about Countdown's 40-56 %; a
 # response in the format is 8-9 tokens ("The final answer is 57."), one that works the sum first ~19.
+# --task smollm2-worked: --task smollm2 with the working asked for and the last number read (tasks/rg.py format=worked),
+# where 8 of the base model's 41 right answers are longer than 32 tokens (bench/smollm2_base.py --cut; final-answer: 0).
 # Runs are kept as data in docs/smollm2_runs/ (checkpoints aside), so an unfinished reproduction resumes where it stopped.
 SMOLLM2_SPEC = "rg:chain_sum?min_terms=2&max_terms=2&max_digits={digits}&format={fmt}"
 SMOLLM2 = ["--model", "smollm2-135m-instruct", "--batch-size", "64", "--group-size", "8", "--max-new-tokens", "32",
@@ -112,9 +114,8 @@ def common(task: str) -> list:
     if task.startswith("smollm2"):
         easy, flags = task == "smollm2-easy", list(SMOLLM2)
         flags[flags.index("--max-new-tokens") + 1] = SMOLLM2_TOKENS.get(task, "32")
-        return ["--train-data", SMOLLM2_SPEC.format(digits=1 if easy else 2, fmt=SMOLLM2_FORMAT.get(task, "final-answer")),
-                *flags,
-                "--eval-problems", "24" if easy else "64"]
+        spec = SMOLLM2_SPEC.format(digits=1 if easy else 2, fmt=SMOLLM2_FORMAT.get(task, "final-answer"))
+        return ["--train-data", spec, *flags, "--eval-problems", "24" if easy else "64"]
     return COMMON + (COUNTDOWN if task == "countdown" else [])
 
 
@@ -381,8 +382,8 @@ def dapo_worked(rows, acc_):
     runs, before its own: at 32 tokens no right answer of the base model is longer than 32 (0 of 6 in 512 samples at
     128 tokens: `bench/smollm2_base.py --cut`), so a cut response was never going to be right and DAPO's reward noise
     of truncated samples (Sec. 3.4) did not exist. Asked for the working and read at its last number, 8 of its 41
-    right answers run past 32 tokens, and 28 % of the groups have mixed outcomes at 32 (12 % with final-answer). Only the overlong row (+ clip-higher vs + the soft punishment): 3 seeds of 2 rows
-    fit a sitting, 3 of 3 do not."""
+    right answers run past 32 tokens, and 28 % of the groups have mixed outcomes at 32 (12 % with final-answer). Only
+    the overlong row (+ clip-higher vs + the soft punishment): 3 seeds of 2 rows fit a sitting, 3 of 3 do not."""
     def check(exp, runs):
         ol = compare(exp, rows[1], rows[0], acc_)
         trunc = compare(exp, rows[1], rows[0], over_run("rollout/truncated_frac"), higher=False)
@@ -412,11 +413,10 @@ def dapo_worked(rows, acc_):
         TABLE_1_PLOTS,
         note=f"{ON_SMOLLM2['smollm2-worked']}: after the question \"Work it out step by step, then end your response "
              "with 'The final answer is ANSWER.'\", the answer is the response's last number, and a response cut at the "
-             "limit has none (tasks/rg.py format=worked). Before RL (bench/smollm2_base.py, 64 problems x 8): at 32 tokens in-format "
-             "accuracy 0.064, 28 % of groups mixed, 41 % cut (the final-answer task: 0.031, 12 %, 27 %); at 128 tokens "
+             "limit has none (tasks/rg.py format=worked). Before RL (bench/smollm2_base.py, 64 problems x 8): at 32 "
+             "tokens in-format accuracy 0.064, 28 % of groups mixed, 41 % cut (the final-answer task: 0.031, 12 %, 27 %); at 128 tokens "
              "8 of the 41 right answers are longer than 32 tokens (final-answer: 0 of 6), so the limit cuts responses "
-             "that were going to be right. "
-             "The Table 1 form's other settings: 8 prompts x 8, lr 1e-5, mu = 4, reward +-1, the soft punishment over the "
+             "that were going to be right. The Table 1 form's other settings: 8 prompts x 8, lr 1e-5, mu = 4, reward +-1, the soft punishment over the "
              "last 8 tokens.")
 
 
