@@ -1241,7 +1241,7 @@ def run_paper(paper, seeds, workers, root, smoke, task="math", scale=1, deadline
             return 0.0
         dt = run_one(train_argv(e, v, s, out, smoke, scale, threads, checkpoints=deadline is None), out,
                      resume=real and deadline is None, deadline=deadline)
-        print(f"[{paper}] {k + 1}/{n} {e.name[:40]} | {v} | seed {s}: "
+        print(f"[{paper}] {k + 1}/{n} {e.name} | {v} | seed {s}: "
               f"{why_ended(out) if dt is None else 'reused' if not dt else f'{dt:.0f}s'} "
               f"({time.time() - t0:.0f}s elapsed)", flush=True)
         return dt
