@@ -385,19 +385,19 @@ def dapo_worked(rows, acc_):
     right answers run past 32 tokens, and 28 % of the groups have mixed outcomes at 32 (12 % with final-answer). Only
     the overlong row (+ clip-higher vs + the soft punishment): 3 seeds of 2 rows fit a sitting, 3 of 3 do not."""
     def check(exp, runs):
-        ol = compare(exp, rows[1], rows[0], acc_)
-        trunc = compare(exp, rows[1], rows[0], over_run("rollout/truncated_frac"), higher=False)
-        flat = compare(exp, rows[1], rows[0], over_run("rollout/frac_zero_std"), higher=False)
-        train = compare(exp, rows[1], rows[0], over_run("rollout/accuracy"))
-        return verdict_of([ol]), [
+        ol, hi, where = rows[1], rows[0], at(exp, rows[1], rows[0])
+        row = compare(exp, ol, hi, acc_)
+        trunc = compare(exp, ol, hi, over_run("rollout/truncated_frac"), higher=False)
+        flat = compare(exp, ol, hi, over_run("rollout/frac_zero_std"), higher=False)
+        train = compare(exp, ol, hi, over_run("rollout/accuracy"))
+        return verdict_of([row]), [
             line(f"the overlong row: held-out greedy accuracy (last two evaluations), + soft overlong punishment vs "
-                 f"+ clip-higher{at(exp, rows[1], rows[0])}", ol),
+                 f"+ clip-higher{where}", row),
             line(f"mechanism: truncated share over the run, + soft overlong vs + clip-higher (lower = fewer cut off)"
-                 f"{at(exp, rows[1], rows[0])}", trunc),
-            line(f"mechanism: share of groups whose rewards are all equal (no gradient) over the run, + soft overlong vs "
-                 f"+ clip-higher{at(exp, rows[1], rows[0])}", flat),
-            line(f"mechanism: training accuracy over the run, + soft overlong vs + clip-higher{at(exp, rows[1], rows[0])}",
-                 train)]
+                 f"{where}", trunc),
+            line(f"mechanism: share of groups whose rewards are all equal (no gradient) over the run, + soft overlong "
+                 f"vs + clip-higher{where}", flat),
+            line(f"mechanism: training accuracy over the run, + soft overlong vs + clip-higher{where}", train)]
 
     return Experiment(
         "DAPO Table 1: the overlong row with the working asked for",
@@ -412,12 +412,12 @@ def dapo_worked(rows, acc_):
          ("length", over_run("rollout/response_length"))],
         TABLE_1_PLOTS,
         note=f"{ON_SMOLLM2['smollm2-worked']}: after the question \"Work it out step by step, then end your response "
-             "with 'The final answer is ANSWER.'\", the answer is the response's last number, and a response cut at the "
-             "limit has none (tasks/rg.py format=worked). Before RL (bench/smollm2_base.py, 64 problems x 8): at 32 "
-             "tokens in-format accuracy 0.064, 28 % of groups mixed, 41 % cut (the final-answer task: 0.031, 12 %, 27 %); at 128 tokens "
-             "8 of the 41 right answers are longer than 32 tokens (final-answer: 0 of 6), so the limit cuts responses "
-             "that were going to be right. The Table 1 form's other settings: 8 prompts x 8, lr 1e-5, mu = 4, reward +-1, the soft punishment over the "
-             "last 8 tokens.")
+             "with 'The final answer is ANSWER.'\", the answer is the response's last number, and a response cut at "
+             "the limit has none (tasks/rg.py format=worked). Before RL (bench/smollm2_base.py, 64 problems x 8): at 32 "
+             "tokens in-format accuracy 0.064, 28 % of groups mixed, 41 % cut (the final-answer task: 0.031, 12 %, "
+             "27 %); at 128 tokens 8 of the 41 right answers are longer than 32 tokens (final-answer: 0 of 6), so the "
+             "limit cuts responses that were going to be right. The Table 1 form's other settings: 8 prompts x 8, lr "
+             "1e-5, mu = 4, reward +-1, the soft punishment over the last 8 tokens.")
 
 
 def dapo_experiments(task="math"):
